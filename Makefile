@@ -1,0 +1,92 @@
+# TPU-ready PyTorch. Two commands set everything up on a fresh machine:
+#   make book   -> .venv with the exact pins, then the site in _build/html
+#   make test   -> lint, unit tests, nbval (strict) over every notebook, book build, browser
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON_FOR_VENV ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+NB ?=
+CHROMIUM ?= /usr/bin/chromium
+
+# The conditions every notebook runs under, in `make notebooks`, `make bench` and nbval alike:
+# the offline guard (scripts/offline_site/sitecustomize.py), no hub access, one torch thread
+# (identical floating-point sums on every run), a fixed hash seed, no tokenizer thread warnings.
+NOTEBOOK_ENV := TPUREADY_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+	PYTHONPATH=$(CURDIR)/scripts/offline_site OMP_NUM_THREADS=1 PYTHONHASHSEED=0 \
+	TOKENIZERS_PARALLELISM=false JUPYTER_PLATFORM_DIRS=1 MPLBACKEND=Agg
+
+NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+	--nbval-cell-timeout=300
+
+.PHONY: help venv book test lint unit nbval site notebooks bench serve lab chromium clean
+
+help:
+	@echo "make book       create .venv, install the pins, build the site into _build/html"
+	@echo "make test       lint, unit tests, nbval over every notebook, book build, browser checks"
+	@echo "make notebooks  re-execute every notebook in place (one: make notebooks NB=notebooks/01_....ipynb)"
+	@echo "make nbval      validate notebooks against their stored outputs (one: NB=...)"
+	@echo "make bench      execute every notebook 3 times; write book/execution-statistics.md"
+	@echo "make serve      serve _build/html on http://127.0.0.1:8000"
+	@echo "make lab        open Jupyter Lab on notebooks/ with the venv's kernel"
+
+venv: $(INSTALLED)
+
+$(INSTALLED): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON_FOR_VENV) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -m pip install --quiet -r requirements.txt 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -c "import torch, tpuready, nbval, jupyter_book; print('venv ready: torch', torch.__version__)"
+	touch $@
+
+book: venv
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+	@echo
+	@echo "The site is in $(CURDIR)/_build/html. Open _build/html/index.html in a browser,"
+	@echo "or run 'make serve' and visit http://127.0.0.1:8000"
+
+test: venv chromium lint unit nbval site
+
+lint: venv
+	$(VENV)/bin/ruff check tpuready tests scripts
+	$(VENV)/bin/ruff format --check tpuready tests scripts
+
+unit: venv
+	$(NOTEBOOK_ENV) $(VENV)/bin/pytest -n 2 tests --ignore=tests/test_site.py
+
+nbval: venv
+	$(NOTEBOOK_ENV) $(VENV)/bin/pytest -n 2 --dist loadfile -p no:randomly $(NBVAL_FLAGS) $(or $(NB),notebooks)
+
+site: venv chromium
+	$(VENV)/bin/pytest tests/test_site.py
+
+notebooks: venv
+	$(NOTEBOOK_ENV) $(PY) scripts/notebooks.py execute $(NB)
+
+bench: venv
+	$(NOTEBOOK_ENV) $(PY) scripts/notebooks.py bench --runs 3
+
+serve:
+	@test -d _build/html || { echo "No site yet: run 'make book' first."; exit 1; }
+	$(PY) -m http.server --bind 127.0.0.1 --directory _build/html 8000
+
+lab: venv
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+chromium:
+	@if [ ! -x $(CHROMIUM) ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "Installing Debian's chromium for the browser tests ..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "The browser tests need Chromium at $(CHROMIUM): run 'sudo apt-get install chromium' (or set CHROMIUM=/path/to/chromium)."; \
+	    exit 1; \
+	  fi; \
+	fi
+
+clean:
+	rm -rf _build .pytest_cache .ruff_cache .hypothesis
