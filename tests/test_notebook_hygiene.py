@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import NOTEBOOK_DIR, REPOSITORY, all_notebook_paths, read_notebook
+from conftest import REPOSITORY, all_notebook_paths, read_notebook
 
 MAX_EXECUTION_SECONDS = 60.0
 CUDA_ON_PURPOSE_TAG = "cuda-on-purpose"
@@ -144,7 +144,9 @@ class TestChapterShape:
             assert heading in first.source, f"the opening lacks '{heading}'"
 
     def test_closes_with_summary_exercises_and_further_reading(self, path: Path) -> None:
-        markdown = "\n".join(c.source for c in read_notebook(path).cells if c.cell_type == "markdown")
+        markdown = "\n".join(
+            c.source for c in read_notebook(path).cells if c.cell_type == "markdown"
+        )
         for heading in ("## Summary", "## Exercises", "## Further reading"):
             assert heading in markdown, f"missing '{heading}'"
         assert "{exercise}" in markdown and "{solution-start}" in markdown
@@ -154,4 +156,3 @@ class TestChapterShape:
         start = next(i for i, c in enumerate(cells) if c.source.startswith("## Exercises"))
         solution_code = [c.source for c in cells[start:] if c.cell_type == "code"]
         assert any(re.search(r"^\s*assert ", s, re.MULTILINE) for s in solution_code)
-

@@ -105,9 +105,12 @@ def test_every_internal_link_and_image_resolves(built_site: Path) -> None:
                 target = target / "index.html"
             if not target.is_file():
                 broken.append(f"{page.relative_to(built_site)}: {reference}")
-            elif parsed.fragment and target.suffix == ".html":
-                if unquote(parsed.fragment) not in _parse(target).ids:
-                    broken.append(f"{page.relative_to(built_site)}: {reference} (no anchor)")
+            elif (
+                parsed.fragment
+                and target.suffix == ".html"
+                and unquote(parsed.fragment) not in _parse(target).ids
+            ):
+                broken.append(f"{page.relative_to(built_site)}: {reference} (no anchor)")
     assert broken == []
 
 
@@ -123,14 +126,14 @@ def site_url(built_site: Path) -> Iterator[str]:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (stdlib name)
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
 @pytest.fixture(scope="session")
 def browser():
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"Chromium not found at {CHROMIUM}: run `make chromium` (Debian: apt-get install chromium)")
+        pytest.fail(f"Chromium not found at {CHROMIUM}: run `make chromium` (as root) first")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -187,7 +190,8 @@ def test_every_page_opens_without_console_errors(built_site, site_url, browser) 
         relative = path.relative_to(built_site).as_posix()
         page = context.new_page()
         problems = PageProblems(page, site_url)
-        page.goto(urljoin(site_url, relative), wait_until="load")
+        # networkidle: index.html redirects to the introduction, and search loads its index.
+        page.goto(urljoin(site_url, relative), wait_until="networkidle")
         broken_images = page.evaluate(
             "Array.from(document.images).filter(i => i.complete && i.naturalWidth === 0)"
             ".map(i => i.src)"
@@ -217,9 +221,7 @@ def test_chapter_pages_offer_the_notebook_download(built_site: Path) -> None:
     assert "01_device_agnostic_basics.ipynb" in html, "no download link for the .ipynb"
 
 
-@pytest.mark.parametrize(
-    ("name", "relative"), [("home", "index.html"), ("chapter-01", CHAPTER_1)]
-)
+@pytest.mark.parametrize(("name", "relative"), [("home", "index.html"), ("chapter-01", CHAPTER_1)])
 def test_screenshot_for_a_person_to_look_at(site_url, browser, name, relative) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
