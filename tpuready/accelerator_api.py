@@ -93,9 +93,7 @@ CUDA_TO_ACCELERATOR: tuple[AcceleratorEquivalent, ...] = (
         "or torch.random.fork_rng(device_type=device.type) around the code",
     ),
     AcceleratorEquivalent("torch.cuda.empty_cache()", "torch.accelerator.empty_cache()"),
-    AcceleratorEquivalent(
-        "torch.cuda.memory_allocated()", "torch.accelerator.memory_allocated()"
-    ),
+    AcceleratorEquivalent("torch.cuda.memory_allocated()", "torch.accelerator.memory_allocated()"),
     AcceleratorEquivalent(
         "torch.cuda.max_memory_allocated()", "torch.accelerator.max_memory_allocated()"
     ),
@@ -129,8 +127,7 @@ def equivalent_for(cuda_attribute: str) -> AcceleratorEquivalent | None:
     "amp.autocast"), or None when the table has no portable replacement for it."""
     if not isinstance(cuda_attribute, str) or not cuda_attribute:
         raise ValueError(
-            f"cuda_attribute must be a non-empty name such as 'synchronize', "
-            f"got {cuda_attribute!r}"
+            f"cuda_attribute must be a non-empty name such as 'synchronize', got {cuda_attribute!r}"
         )
     return _BY_NAME.get(cuda_attribute.removeprefix("torch.cuda."))
 
@@ -143,7 +140,5 @@ def markdown_table() -> str:
     ]
     for entry in CUDA_TO_ACCELERATOR:
         refused = "raises RuntimeError" if entry.refused_by_torch_tpu else ""
-        lines.append(
-            f"| `{entry.cuda_call}` | `{entry.replacement}` | {refused} | {entry.note} |"
-        )
+        lines.append(f"| `{entry.cuda_call}` | `{entry.replacement}` | {refused} | {entry.note} |")
     return "\n".join(lines)
