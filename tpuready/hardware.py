@@ -1,0 +1,659 @@
+"""Accelerator figures the whole book quotes: one table, every figure with its vendor source.
+
+The reference page `notebooks/reference_hardware.ipynb` ("Hardware figures") renders this table,
+and every chapter that quotes a peak FLOP/s, an HBM size or a bandwidth takes it from here, so the
+book and the code never drift. Figures come from the vendors' own pages (Google Cloud TPU
+documentation, NVIDIA product pages), date retrieved: 2026-12. Each figure carries the URL it came
+from; where a page is ambiguous or a figure is derived, a note says so.
+
+Units: every figure is stored in base SI units and the unit is in the field name
+(`peak_bf16_flops_per_second`, `hbm_bytes`, `hbm_bytes_per_second`,
+`interconnect_bytes_per_second`), so no figure can silently live in TFLOP/s or GB/s. Capacities
+keep the unit the vendor states (`hbm_capacity_unit`, "GB" = 10**9 bytes or "GiB" = 2**30 bytes)
+and are converted exactly. Peaks are dense (no 2:4 sparsity), per chip; `per_device_*` divides by
+the number of devices a framework sees per chip (2 on TPU v7, 1 elsewhere).
+"""
+
+from __future__ import annotations
+
+import re
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "CHIPS",
+    "FIGURE_FIELDS",
+    "RETRIEVED",
+    "Chip",
+    "UnknownChipError",
+    "all_chips",
+    "get_chip",
+    "known_names",
+    "markdown_table",
+    "notes_markdown",
+]
+
+RETRIEVED = "2026-12"
+
+BYTES_PER_GB = 10**9
+BYTES_PER_GIB = 2**30
+CapacityUnit = Literal["GB", "GiB"]
+
+# The fields that hold vendor figures; each non-None one needs a source URL in `Chip.sources`.
+FIGURE_FIELDS: tuple[str, ...] = (
+    "peak_bf16_flops_per_second",
+    "hbm_bytes",
+    "hbm_bytes_per_second",
+    "interconnect_bytes_per_second",
+    "matrix_unit_shape",
+    "chips_per_pod",
+    "tensor_cores_per_chip",
+    "devices_per_chip",
+)
+
+# Short names for the figures, used in the sources list and the notes.
+FIELD_LABELS: dict[str, str] = {
+    "peak_bf16_flops_per_second": "peak bf16",
+    "hbm_bytes": "HBM capacity",
+    "hbm_bytes_per_second": "HBM bandwidth",
+    "interconnect_bytes_per_second": "interconnect",
+    "matrix_unit_shape": "matrix unit",
+    "chips_per_pod": "chips per pod",
+    "tensor_cores_per_chip": "TensorCores per chip",
+    "devices_per_chip": "devices per chip",
+    "general": "general",
+}
+
+
+class UnknownChipError(ValueError):
+    """Raised by `get_chip` for a name that is neither a canonical name nor an alias."""
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One accelerator's figures, per chip, in base SI units, with a source URL per figure."""
+
+    name: str
+    vendor: str
+    configuration: str
+    aliases: tuple[str, ...]
+    peak_bf16_flops_per_second: float
+    hbm_bytes: int
+    hbm_capacity_unit: CapacityUnit
+    hbm_bytes_per_second: float
+    interconnect_name: str
+    interconnect_bytes_per_second: float | None
+    interconnect_is_bidirectional: bool | None
+    matrix_unit_shape: tuple[int, int] | None
+    chips_per_pod: int | None
+    tensor_cores_per_chip: int | None
+    devices_per_chip: int
+    sources: Mapping[str, str] = field(hash=False, compare=False)
+    notes: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", types.MappingProxyType(dict(self.sources)))
+        object.__setattr__(self, "notes", types.MappingProxyType(dict(self.notes)))
+        for figure in FIGURE_FIELDS:
+            if getattr(self, figure) is None:
+                continue
+            url = self.sources.get(figure, "")
+            if not url.startswith("https://"):
+                raise ValueError(
+                    f"{self.name}: figure {figure!r} needs an https source URL in `sources`, "
+                    f"got {url!r}; add the vendor page it came from"
+                )
+        unknown_keys = sorted(set(self.sources) - set(FIGURE_FIELDS))
+        if unknown_keys:
+            raise ValueError(
+                f"{self.name}: `sources` has keys that are not figures: {unknown_keys}; "
+                f"use one of {list(FIGURE_FIELDS)}"
+            )
+        unknown_note_keys = sorted(set(self.notes) - set(FIELD_LABELS))
+        if unknown_note_keys:
+            raise ValueError(
+                f"{self.name}: `notes` has unknown keys {unknown_note_keys}; "
+                f"use one of {list(FIELD_LABELS)}"
+            )
+        for figure in FIGURE_FIELDS:
+            value = getattr(self, figure)
+            numbers = value if isinstance(value, tuple) else (value,)
+            if value is not None and not all(number > 0 for number in numbers):
+                raise ValueError(f"{self.name}: {figure} must be positive, got {value!r}")
+        if not isinstance(self.hbm_bytes, int):
+            raise ValueError(
+                f"{self.name}: hbm_bytes must be a whole number of bytes, got {self.hbm_bytes!r}"
+            )
+        if self.hbm_capacity_unit not in ("GB", "GiB"):
+            raise ValueError(
+                f"{self.name}: hbm_capacity_unit must be 'GB' or 'GiB', "
+                f"got {self.hbm_capacity_unit!r}"
+            )
+        if (self.interconnect_bytes_per_second is None) != (
+            self.interconnect_is_bidirectional is None
+        ):
+            raise ValueError(
+                f"{self.name}: give interconnect_is_bidirectional exactly when "
+                "interconnect_bytes_per_second is given"
+            )
+        if self.devices_per_chip < 1 or self.hbm_bytes % self.devices_per_chip:
+            raise ValueError(
+                f"{self.name}: devices_per_chip must be >= 1 and divide hbm_bytes evenly, "
+                f"got {self.devices_per_chip}"
+            )
+
+    @property
+    def hbm_capacity_in_stated_unit(self) -> float:
+        """The HBM capacity in the unit the vendor states (e.g. 95 for "95 GiB")."""
+        return self.hbm_bytes / (BYTES_PER_GIB if self.hbm_capacity_unit == "GiB" else BYTES_PER_GB)
+
+    @property
+    def ridge_point_flops_per_byte(self) -> float:
+        """Peak FLOP/s over HBM bytes/s: the roofline knee. Below it a kernel is memory-bound."""
+        return self.peak_bf16_flops_per_second / self.hbm_bytes_per_second
+
+    @property
+    def interconnect_one_way_bytes_per_second(self) -> float | None:
+        """The per-chip interconnect figure in one direction (half of a bidirectional figure)."""
+        if self.interconnect_bytes_per_second is None:
+            return None
+        if self.interconnect_is_bidirectional:
+            return self.interconnect_bytes_per_second / 2
+        return self.interconnect_bytes_per_second
+
+    @property
+    def per_device_peak_bf16_flops_per_second(self) -> float:
+        """Peak bf16 FLOP/s of one framework device (a TensorCore on TPU v7, the chip elsewhere)."""
+        return self.peak_bf16_flops_per_second / self.devices_per_chip
+
+    @property
+    def per_device_hbm_bytes(self) -> int:
+        """HBM bytes of one framework device (v7: each chiplet owns half the chip's HBM)."""
+        return self.hbm_bytes // self.devices_per_chip
+
+    @property
+    def per_device_hbm_bytes_per_second(self) -> float:
+        """HBM bandwidth of one framework device, assuming an even split between devices."""
+        return self.hbm_bytes_per_second / self.devices_per_chip
+
+
+# Vendor pages. Google Cloud also serves these under docs.cloud.google.com.
+_TPU_V4 = "https://cloud.google.com/tpu/docs/v4"
+_TPU_V5E = "https://cloud.google.com/tpu/docs/v5e"
+_TPU_V5P = "https://cloud.google.com/tpu/docs/v5p"
+_TPU_V6E = "https://cloud.google.com/tpu/docs/v6e"
+_TPU_7X = "https://cloud.google.com/tpu/docs/tpu7x"
+_TPU_ARCHITECTURE = "https://cloud.google.com/tpu/docs/system-architecture-tpu-vm"
+_JAX_CHIP_VERSIONS = (
+    "https://docs.jax.dev/en/latest/_autosummary/jax.experimental.pallas.tpu.ChipVersion.html"
+)
+_MAXTEXT_IRONWOOD = (
+    "https://maxtext.readthedocs.io/en/latest/guides/optimization/"
+    "optimizing_frontier_model_training_on_tpu_v7x.html"
+)
+_NVIDIA_H100 = "https://www.nvidia.com/en-us/data-center/h100/"
+_NVIDIA_H200 = "https://www.nvidia.com/en-us/data-center/h200/"
+_NVIDIA_DGX_B200 = "https://www.nvidia.com/en-us/data-center/dgx-b200/"
+_NVIDIA_HGX = "https://www.nvidia.com/en-us/data-center/hgx/"
+
+_TPU_MXU_128_NOTE = (
+    "The TPU architecture page: 'An MXU is composed of 128 x 128 multiply-accumulators in a "
+    "systolic array'; Google's MaxText tuning guide also names v4, v5e and v5p as 128x128."
+)
+_NVIDIA_MATRIX_UNIT_NOTE = (
+    "None: NVIDIA's product pages state no single matrix-unit tile; tensor-core instruction "
+    "shapes vary by instruction and precision."
+)
+_NVIDIA_TENSOR_CORE_NOTE = (
+    "None: NVIDIA's 'Tensor Cores' are per-SM units, not comparable to a TPU TensorCore."
+)
+_NVIDIA_POD_NOTE = "None: no pod; an HGX/DGX board puts 8 GPUs in one NVLink domain."
+_NVIDIA_SOURCING_NOTE = (
+    "NVIDIA figures were checked against several public quotations of the product page, "
+    "not a stored copy of the page itself."
+)
+
+
+def _gib(count: int) -> int:
+    return count * BYTES_PER_GIB
+
+
+def _gb(count: int) -> int:
+    return count * BYTES_PER_GB
+
+
+CHIPS: tuple[Chip, ...] = (
+    Chip(
+        name="TPU v4",
+        vendor="Google",
+        configuration="2 TensorCores as 1 device",
+        aliases=("v4", "tpu v4", "tpu-v4"),
+        peak_bf16_flops_per_second=275e12,
+        hbm_bytes=_gib(32),
+        hbm_capacity_unit="GiB",
+        hbm_bytes_per_second=1200e9,
+        interconnect_name="ICI",
+        interconnect_bytes_per_second=None,
+        interconnect_is_bidirectional=None,
+        matrix_unit_shape=(128, 128),
+        chips_per_pod=4096,
+        tensor_cores_per_chip=2,
+        devices_per_chip=1,
+        sources={
+            "peak_bf16_flops_per_second": _TPU_V4,
+            "hbm_bytes": _TPU_V4,
+            "hbm_bytes_per_second": _TPU_V4,
+            "matrix_unit_shape": _TPU_ARCHITECTURE,
+            "chips_per_pod": _TPU_V4,
+            "tensor_cores_per_chip": _TPU_V4,
+            "devices_per_chip": _JAX_CHIP_VERSIONS,
+        },
+        notes={
+            "peak_bf16_flops_per_second": "The page states '275 teraflops (bf16 or int8)'.",
+            "matrix_unit_shape": _TPU_MXU_128_NOTE,
+            "interconnect_bytes_per_second": (
+                "None: the Cloud TPU v4 page states pod-level all-reduce (1.1 PB/s) and "
+                "bisection (24 TB/s) bandwidth, but no per-chip ICI figure."
+            ),
+            "devices_per_chip": (
+                "The two TensorCores run as one megacore device by default (JAX's ChipVersion "
+                "table: v4 supports megacore)."
+            ),
+        },
+    ),
+    Chip(
+        name="TPU v5e",
+        vendor="Google",
+        configuration="1 TensorCore",
+        aliases=("v5e", "tpu v5e", "v5 lite", "tpu v5 lite", "v5litepod"),
+        peak_bf16_flops_per_second=197e12,
+        hbm_bytes=_gb(16),
+        hbm_capacity_unit="GB",
+        hbm_bytes_per_second=819e9,
+        interconnect_name="ICI",
+        interconnect_bytes_per_second=400e9,
+        interconnect_is_bidirectional=True,
+        matrix_unit_shape=(128, 128),
+        chips_per_pod=256,
+        tensor_cores_per_chip=1,
+        devices_per_chip=1,
+        sources={
+            "peak_bf16_flops_per_second": _TPU_V5E,
+            "hbm_bytes": _TPU_V5E,
+            "hbm_bytes_per_second": _TPU_V5E,
+            "interconnect_bytes_per_second": _TPU_V5E,
+            "matrix_unit_shape": _TPU_ARCHITECTURE,
+            "chips_per_pod": _TPU_V5E,
+            "tensor_cores_per_chip": _TPU_V5E,
+            "devices_per_chip": _TPU_V5E,
+        },
+        notes={
+            "matrix_unit_shape": _TPU_MXU_128_NOTE,
+            "hbm_bytes": (
+                "The v5e page states '16 GB'; TorchTPU 0.2.0's hardware table holds 16 GiB. "
+                "This table keeps the vendor's unit: 16 GB = 16e9 bytes."
+            ),
+            "hbm_bytes_per_second": (
+                "'819 GBps' on the page's chip table; one version of the page prints "
+                "'800 GiBps' instead, which does not convert to 819 GB/s."
+            ),
+            "interconnect_bytes_per_second": (
+                "'Bidirectional ICI bandwidth (per chip) 400 GBps'; older versions of the page "
+                "printed 'Interchip Interconnect BW 1600 Gbps' instead."
+            ),
+        },
+    ),
+    Chip(
+        name="TPU v5p",
+        vendor="Google",
+        configuration="2 TensorCores as 1 device",
+        aliases=("v5p", "tpu v5p"),
+        peak_bf16_flops_per_second=459e12,
+        hbm_bytes=_gib(95),
+        hbm_capacity_unit="GiB",
+        hbm_bytes_per_second=2765e9,
+        interconnect_name="ICI",
+        interconnect_bytes_per_second=1200e9,
+        interconnect_is_bidirectional=True,
+        matrix_unit_shape=(128, 128),
+        chips_per_pod=8960,
+        tensor_cores_per_chip=2,
+        devices_per_chip=1,
+        sources={
+            "peak_bf16_flops_per_second": _TPU_V5P,
+            "hbm_bytes": _TPU_V5P,
+            "hbm_bytes_per_second": _TPU_V5P,
+            "interconnect_bytes_per_second": _TPU_V5P,
+            "matrix_unit_shape": _TPU_ARCHITECTURE,
+            "chips_per_pod": _TPU_V5P,
+            "tensor_cores_per_chip": _TPU_V5P,
+            "devices_per_chip": _JAX_CHIP_VERSIONS,
+        },
+        notes={
+            "hbm_bytes": (
+                "'HBM capacity per chip (GiB) 95' on the v5p and TPU7x pages; older versions "
+                "of the v5p page printed '95 GB'."
+            ),
+            "hbm_bytes_per_second": (
+                "'2765 GBps'; one version prints '2575 GiBps', which is the same rate."
+            ),
+            "matrix_unit_shape": _TPU_MXU_128_NOTE,
+            "devices_per_chip": "The two TensorCores run as one megacore device by default.",
+        },
+    ),
+    Chip(
+        name="TPU v6e",
+        vendor="Google",
+        configuration="Trillium, 1 TensorCore",
+        aliases=("v6e", "tpu v6e", "trillium", "v6 lite", "tpu v6 lite"),
+        peak_bf16_flops_per_second=918e12,
+        hbm_bytes=_gib(32),
+        hbm_capacity_unit="GiB",
+        hbm_bytes_per_second=1638e9,
+        interconnect_name="ICI",
+        interconnect_bytes_per_second=800e9,
+        interconnect_is_bidirectional=True,
+        matrix_unit_shape=(256, 256),
+        chips_per_pod=256,
+        tensor_cores_per_chip=1,
+        devices_per_chip=1,
+        sources={
+            "peak_bf16_flops_per_second": _TPU_V6E,
+            "hbm_bytes": _TPU_7X,
+            "hbm_bytes_per_second": _TPU_V6E,
+            "interconnect_bytes_per_second": _TPU_V6E,
+            "matrix_unit_shape": _TPU_V6E,
+            "chips_per_pod": _TPU_V6E,
+            "tensor_cores_per_chip": _TPU_V6E,
+            "devices_per_chip": _TPU_V6E,
+        },
+        notes={
+            "hbm_bytes": (
+                "The TPU7x page's comparison table states 32 GiB; the v6e page itself states "
+                "'32 GB'. This table uses the explicit GiB column."
+            ),
+            "matrix_unit_shape": "The v6e page: 'two 256x256 matrix-multiply units (MXU)'.",
+        },
+    ),
+    Chip(
+        name="TPU v7",
+        vendor="Google",
+        configuration="Ironwood (TPU7x), 2 TensorCores as 2 devices",
+        aliases=(
+            "v7",
+            "v7x",
+            "tpu v7",
+            "tpu v7x",
+            "tpu7",
+            "tpu7x",
+            "ironwood",
+        ),
+        peak_bf16_flops_per_second=2307e12,
+        hbm_bytes=_gib(192),
+        hbm_capacity_unit="GiB",
+        hbm_bytes_per_second=7380e9,
+        interconnect_name="ICI",
+        interconnect_bytes_per_second=1200e9,
+        interconnect_is_bidirectional=True,
+        matrix_unit_shape=(256, 256),
+        chips_per_pod=9216,
+        tensor_cores_per_chip=2,
+        devices_per_chip=2,
+        sources={
+            "peak_bf16_flops_per_second": _TPU_7X,
+            "hbm_bytes": _TPU_7X,
+            "hbm_bytes_per_second": _TPU_7X,
+            "interconnect_bytes_per_second": _TPU_7X,
+            "matrix_unit_shape": _MAXTEXT_IRONWOOD,
+            "chips_per_pod": _TPU_7X,
+            "tensor_cores_per_chip": _TPU_7X,
+            "devices_per_chip": _TPU_7X,
+        },
+        notes={
+            "peak_bf16_flops_per_second": "FP8 peak on the same page: 4614 TFLOP/s per chip.",
+            "hbm_bytes": "Google's MaxText Ironwood guide writes '192 GB' for the same memory.",
+            "matrix_unit_shape": (
+                "The Cloud TPU7x page does not state the MXU size; Google's MaxText Ironwood "
+                "guide does: 'The Ironwood MXU is a 256x256 systolic array'."
+            ),
+            "devices_per_chip": (
+                "Dual-chiplet design: frameworks see two devices per chip, one per TensorCore, "
+                "each with half the chip's HBM. Per-device figures divide by 2."
+            ),
+        },
+    ),
+    Chip(
+        name="H100 SXM",
+        vendor="NVIDIA",
+        configuration="SXM5, HGX/DGX H100",
+        aliases=("h100", "h100 sxm", "h100 sxm5", "nvidia h100"),
+        peak_bf16_flops_per_second=1979e12 / 2,
+        hbm_bytes=_gb(80),
+        hbm_capacity_unit="GB",
+        hbm_bytes_per_second=3.35e12,
+        interconnect_name="NVLink",
+        interconnect_bytes_per_second=900e9,
+        interconnect_is_bidirectional=True,
+        matrix_unit_shape=None,
+        chips_per_pod=None,
+        tensor_cores_per_chip=None,
+        devices_per_chip=1,
+        sources={
+            "peak_bf16_flops_per_second": _NVIDIA_H100,
+            "hbm_bytes": _NVIDIA_H100,
+            "hbm_bytes_per_second": _NVIDIA_H100,
+            "interconnect_bytes_per_second": _NVIDIA_H100,
+            "devices_per_chip": _NVIDIA_H100,
+        },
+        notes={
+            "general": _NVIDIA_SOURCING_NOTE,
+            "peak_bf16_flops_per_second": (
+                "Derived: the page lists 'BFLOAT16 Tensor Core 1,979 teraFLOPS' with the "
+                "footnote 'With sparsity'; dense is half, 989.5 TFLOP/s."
+            ),
+            "interconnect_bytes_per_second": (
+                "'NVLink: 900GB/s' is the total over the GPU's 18 NVLink links, both directions "
+                "summed (450 GB/s each way)."
+            ),
+            "matrix_unit_shape": _NVIDIA_MATRIX_UNIT_NOTE,
+            "chips_per_pod": _NVIDIA_POD_NOTE,
+            "tensor_cores_per_chip": _NVIDIA_TENSOR_CORE_NOTE,
+        },
+    ),
+    Chip(
+        name="H200 SXM",
+        vendor="NVIDIA",
+        configuration="SXM, HGX/DGX H200",
+        aliases=("h200", "h200 sxm", "nvidia h200"),
+        peak_bf16_flops_per_second=1979e12 / 2,
+        hbm_bytes=_gb(141),
+        hbm_capacity_unit="GB",
+        hbm_bytes_per_second=4.8e12,
+        interconnect_name="NVLink",
+        interconnect_bytes_per_second=900e9,
+        interconnect_is_bidirectional=True,
+        matrix_unit_shape=None,
+        chips_per_pod=None,
+        tensor_cores_per_chip=None,
+        devices_per_chip=1,
+        sources={
+            "peak_bf16_flops_per_second": _NVIDIA_H200,
+            "hbm_bytes": _NVIDIA_H200,
+            "hbm_bytes_per_second": _NVIDIA_H200,
+            "interconnect_bytes_per_second": _NVIDIA_H200,
+            "devices_per_chip": _NVIDIA_H200,
+        },
+        notes={
+            "general": _NVIDIA_SOURCING_NOTE,
+            "peak_bf16_flops_per_second": (
+                "Derived: the page lists BF16 Tensor Core 1,979 TFLOPS 'with sparsity' (the "
+                "same compute as H100 SXM); dense is half, 989.5 TFLOP/s."
+            ),
+            "interconnect_bytes_per_second": (
+                "'NVLink: 900GB/s', both directions summed (450 GB/s each way)."
+            ),
+            "matrix_unit_shape": _NVIDIA_MATRIX_UNIT_NOTE,
+            "chips_per_pod": _NVIDIA_POD_NOTE,
+            "tensor_cores_per_chip": _NVIDIA_TENSOR_CORE_NOTE,
+        },
+    ),
+    Chip(
+        name="B200",
+        vendor="NVIDIA",
+        configuration="HGX/DGX B200 board, not GB200",
+        aliases=("b200", "b200 sxm", "hgx b200", "dgx b200", "nvidia b200"),
+        peak_bf16_flops_per_second=36e15 / 2 / 8,
+        hbm_bytes=_gb(1440 // 8),
+        hbm_capacity_unit="GB",
+        hbm_bytes_per_second=64e12 / 8,
+        interconnect_name="NVLink",
+        interconnect_bytes_per_second=14.4e12 / 8,
+        interconnect_is_bidirectional=True,
+        matrix_unit_shape=None,
+        chips_per_pod=None,
+        tensor_cores_per_chip=None,
+        devices_per_chip=1,
+        sources={
+            "peak_bf16_flops_per_second": _NVIDIA_HGX,
+            "hbm_bytes": _NVIDIA_DGX_B200,
+            "hbm_bytes_per_second": _NVIDIA_DGX_B200,
+            "interconnect_bytes_per_second": _NVIDIA_DGX_B200,
+            "devices_per_chip": _NVIDIA_DGX_B200,
+        },
+        notes={
+            "general": (
+                "Per-GPU figures are NVIDIA's 8-GPU system figures divided by 8. Vendor pages "
+                "differ between configurations: the B200 GPUs inside a GB200 NVL72 rack have "
+                "other per-GPU figures and are not this row. " + _NVIDIA_SOURCING_NOTE
+            ),
+            "peak_bf16_flops_per_second": (
+                "Not confirmed against a per-GPU datasheet. Derived: the HGX page lists "
+                "'FP16/BF16 Tensor Core 36 PFLOPS' per 8-GPU HGX B200; its sparse/dense "
+                "footnotes are inconsistent between page versions, and 36 PFLOPS is read as "
+                "the with-sparsity figure (so 72 PFLOPS FP8 is half of 144 PFLOPS FP4, as "
+                "it must be). Dense per GPU: 36 / 2 / 8 = 2.25 PFLOP/s."
+            ),
+            "hbm_bytes": "'1,440GB total GPU memory' for 8 GPUs: 180 GB per GPU.",
+            "hbm_bytes_per_second": "'64TB/s HBM3e bandwidth' for 8 GPUs: 8 TB/s per GPU.",
+            "interconnect_bytes_per_second": (
+                "'14.4TB/s aggregate NVLink bandwidth' for 8 GPUs: 1.8 TB/s per GPU, both "
+                "directions summed (fifth-generation NVLink, 900 GB/s each way)."
+            ),
+            "matrix_unit_shape": _NVIDIA_MATRIX_UNIT_NOTE,
+            "chips_per_pod": _NVIDIA_POD_NOTE,
+            "tensor_cores_per_chip": _NVIDIA_TENSOR_CORE_NOTE,
+        },
+    ),
+)
+
+
+def _normalized(name: str) -> str:
+    """Case-folded, with spaces, hyphens and underscores removed: 'TPU v5e' -> 'tpuv5e'."""
+    return re.sub(r"[\s_\-]+", "", name.casefold())
+
+
+def _build_index(chips: tuple[Chip, ...]) -> dict[str, Chip]:
+    index: dict[str, Chip] = {}
+    for chip in chips:
+        for spelling in (chip.name, *chip.aliases):
+            key = _normalized(spelling)
+            if key in index and index[key] is not chip:
+                raise ValueError(f"alias {spelling!r} names both {index[key].name} and {chip.name}")
+            index[key] = chip
+    return index
+
+
+_INDEX: dict[str, Chip] = _build_index(CHIPS)
+
+
+def all_chips() -> tuple[Chip, ...]:
+    """Every chip in the table, in a stable order: TPUs oldest first, then NVIDIA GPUs."""
+    return CHIPS
+
+
+def known_names() -> tuple[str, ...]:
+    """The canonical chip names, in table order."""
+    return tuple(chip.name for chip in CHIPS)
+
+
+def get_chip(name: str) -> Chip:
+    """The chip called `name`: a canonical name or alias ('v7', 'tpu7x', 'Ironwood', 'TPU v5e',
+    'h100', ...), ignoring case, spaces, hyphens and underscores."""
+    if not isinstance(name, str):
+        raise TypeError(f"chip name must be a string such as 'TPU v5e', got {name!r}")
+    chip = _INDEX.get(_normalized(name))
+    if chip is None:
+        raise UnknownChipError(
+            f"unknown chip {name!r}; known chips: {', '.join(known_names())} "
+            "(aliases such as 'v5e', 'tpu7x', 'ironwood' and 'h100' work too)"
+        )
+    return chip
+
+
+def _trimmed(value: float, decimals: int = 1) -> str:
+    """Thousands separators, at most `decimals` decimals, no trailing zeros: 989.5, 2,307."""
+    text = f"{value:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _interconnect_cell(chip: Chip) -> str:
+    if chip.interconnect_bytes_per_second is None:
+        return f"{chip.interconnect_name}: not stated"
+    gigabytes = _trimmed(chip.interconnect_bytes_per_second / 1e9)
+    one_way = "" if chip.interconnect_is_bidirectional else " (one way)"
+    return f"{chip.interconnect_name} {gigabytes}{one_way}"
+
+
+def _optional(value: int | None) -> str:
+    return "—" if value is None else f"{value:,}"
+
+
+def _sources_line(chip: Chip) -> str:
+    """'**TPU v5e**: [peak bf16, HBM capacity, ...](url); [matrix unit](url2)'."""
+    fields_by_url: dict[str, list[str]] = {}
+    for figure in FIGURE_FIELDS:
+        if figure in chip.sources:
+            fields_by_url.setdefault(chip.sources[figure], []).append(FIELD_LABELS[figure])
+    links = "; ".join(f"[{', '.join(labels)}]({url})" for url, labels in fields_by_url.items())
+    return f"- **{chip.name}**: {links}"
+
+
+def markdown_table(chips: tuple[Chip, ...] | None = None) -> str:
+    """The table in human units (TFLOP/s, GB or GiB as the vendor states, GB/s) and its sources."""
+    chips = CHIPS if chips is None else chips
+    header = (
+        "| Chip | Configuration | bf16 dense (TFLOP/s) | HBM | HBM (GB/s) "
+        "| Interconnect, both ways (GB/s) | MXU | Chips per pod | Ridge (FLOP/byte) |"
+    )
+    lines = [header, "|" + "---|" * 9]
+    for chip in chips:
+        matrix_unit = (
+            "—" if chip.matrix_unit_shape is None else "x".join(map(str, chip.matrix_unit_shape))
+        )
+        lines.append(
+            f"| {chip.name} | {chip.configuration} "
+            f"| {_trimmed(chip.peak_bf16_flops_per_second / 1e12)} "
+            f"| {_trimmed(chip.hbm_capacity_in_stated_unit)} {chip.hbm_capacity_unit} "
+            f"| {_trimmed(chip.hbm_bytes_per_second / 1e9)} "
+            f"| {_interconnect_cell(chip)} | {matrix_unit} | {_optional(chip.chips_per_pod)} "
+            f"| {chip.ridge_point_flops_per_byte:,.0f} |"
+        )
+    lines += ["", f"**Sources** (vendor documentation, retrieved {RETRIEVED}):", ""]
+    lines += [_sources_line(chip) for chip in chips]
+    return "\n".join(lines)
+
+
+def notes_markdown(chips: tuple[Chip, ...] | None = None) -> str:
+    """The notes on ambiguous, derived or missing figures, one bullet per note; a note shared by
+    several chips (the same figure, the same words) is written once, naming all of them."""
+    chips = CHIPS if chips is None else chips
+    chips_by_note: dict[tuple[str, str], list[str]] = {}
+    for chip in chips:
+        for figure, note in chip.notes.items():
+            chips_by_note.setdefault((figure, note), []).append(chip.name)
+    return "\n".join(
+        f"- **{', '.join(names)}**, {FIELD_LABELS[figure]}: {note}"
+        for (figure, note), names in chips_by_note.items()
+    )
