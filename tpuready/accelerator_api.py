@@ -101,6 +101,20 @@ CUDA_TO_ACCELERATOR: tuple[AcceleratorEquivalent, ...] = (
         "torch.cuda.reset_peak_memory_stats()", "torch.accelerator.reset_peak_memory_stats()"
     ),
     AcceleratorEquivalent("torch.cuda.memory_stats()", "torch.accelerator.memory_stats()"),
+    AcceleratorEquivalent("torch.cuda.memory_reserved()", "torch.accelerator.memory_reserved()"),
+    AcceleratorEquivalent(
+        "torch.cuda.max_memory_reserved()", "torch.accelerator.max_memory_reserved()"
+    ),
+    AcceleratorEquivalent(
+        "torch.cuda.reset_accumulated_memory_stats()",
+        "torch.accelerator.reset_accumulated_memory_stats()",
+    ),
+    AcceleratorEquivalent(
+        "torch.cuda.mem_get_info()", "torch.accelerator.get_memory_info()", "(free, total) bytes"
+    ),
+    AcceleratorEquivalent(
+        "torch.cuda.OutOfMemoryError", "torch.OutOfMemoryError", "raised by every backend"
+    ),
     AcceleratorEquivalent(
         "torch.cuda.get_device_capability()", "torch.accelerator.get_device_capability()"
     ),
@@ -108,6 +122,12 @@ CUDA_TO_ACCELERATOR: tuple[AcceleratorEquivalent, ...] = (
         "torch.cuda.amp.autocast()",
         "torch.amp.autocast(device_type=device.type, dtype=torch.bfloat16)",
         "torch.cuda.amp is deprecated; on TorchTPU autocast defaults to bfloat16",
+    ),
+    AcceleratorEquivalent(
+        "torch.cuda.amp.custom_fwd", "torch.amp.custom_fwd(device_type=device.type)"
+    ),
+    AcceleratorEquivalent(
+        "torch.cuda.amp.custom_bwd", "torch.amp.custom_bwd(device_type=device.type)"
     ),
     AcceleratorEquivalent(
         "torch.cuda.amp.GradScaler()",
