@@ -17,6 +17,7 @@ from conftest import REPOSITORY, all_notebook_paths, read_notebook
 MAX_EXECUTION_SECONDS = 60.0
 CUDA_ON_PURPOSE_TAG = "cuda-on-purpose"
 CHAPTER_NAME = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb$")
+NBVAL_MARKERS = {"# NBVAL_IGNORE_OUTPUT", "# NBVAL_CHECK_OUTPUT", "# NBVAL_SKIP"}
 CUDA_CALL = re.compile(r"\.cuda\(|torch\.cuda\.")
 # Absolute paths that reveal the machine or the user who executed the notebook.
 MACHINE_PATH = re.compile(r"(/home/|/root\b|/Users/|/tmp/|/work/|/private/var/|[A-Z]:\\Users\\)")
@@ -128,11 +129,20 @@ class TestStoredNotebook:
         )
 
     def test_ignored_outputs_say_why(self, path: Path) -> None:
+        # nbval honours the marker only when the comment is exactly `# NBVAL_IGNORE_OUTPUT`
+        # (a reason on the same line silently switches it off), so the reason goes on the
+        # next line as `# Why: ...`.
         for index, cell in enumerate(code_cells(path), start=1):
-            for line in cell["source"].splitlines():
-                if "NBVAL_IGNORE_OUTPUT" in line:
-                    reason = line.split("NBVAL_IGNORE_OUTPUT", 1)[1].lstrip(" :")
-                    assert len(reason) >= 10, f"cell {index}: say why its output is ignored"
+            lines = [line.strip() for line in cell["source"].splitlines()]
+            tags = cell.get("metadata", {}).get("tags", [])
+            for number, line in enumerate(lines):
+                if "NBVAL_" in line and line.startswith("#"):
+                    assert line in NBVAL_MARKERS, f"cell {index}: nbval ignores {line!r}"
+            if "# NBVAL_IGNORE_OUTPUT" in lines or "nbval-ignore-output" in tags:
+                reasons = [line for line in lines if line.startswith("# Why: ")]
+                assert reasons and len(reasons[0]) >= 17, (
+                    f"cell {index} ignores its output: say why in a `# Why: ...` line"
+                )
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda path: path.name)

@@ -1,9 +1,16 @@
 """Companion toolkit of the book *TPU-ready PyTorch*.
 
-One module per idea: `device` (one device variable), `accelerator_api` (CUDA calls and
-their portable spellings), `hardware` (accelerator figures with vendor sources),
-`launch` (multi-process runs on CPU with gloo), `offline` (the network guard the
-notebooks run under). Import the module you need: `from tpuready import hardware`.
+One module per idea; import the one you need (`from tpuready import hardware`):
+
+- `device`: one device variable and one seed (chapter 1).
+- `accelerator_api`: CUDA-only calls and their `torch.accelerator` spellings (chapter 1).
+- `audit`: the portability audit, also `python -m tpuready audit-source PATH...` (chapter 1).
+- `dispatch`: record the aten operators code sends through the dispatcher (chapter 2).
+- `check`: parity checks between devices and dtypes, a model of bf16 matmul passes (chapter 3).
+- `syncs`: count host syncs and graph breaks (chapter 4).
+- `hardware`: accelerator figures with their vendor sources (reference page).
+- `launch`: run a worker on N CPU processes with torch.distributed over gloo (Part II).
+- `offline`: the network guard the notebooks run under in the tests.
 """
 
 __version__ = "0.1.0"

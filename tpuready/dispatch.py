@@ -2,8 +2,8 @@
 
 Taught in `notebooks/02_under_the_hood_dispatcher.ipynb`: the operators one forward pass
 reaches are the operators a backend (TorchTPU, or the toy device built in that chapter) must
-implement. Later chapters reuse `OpRecorder` to look at what a model runs, e.g. to spot ops
-that force a host sync.
+implement. Reuse `OpRecorder` to see what any model runs; to count the calls that make the
+host wait, use `tpuready.syncs.HostSyncCounter` (chapter 4).
 
     with OpRecorder() as recorder:
         model(inputs)
