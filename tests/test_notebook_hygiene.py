@@ -135,7 +135,7 @@ class TestStoredNotebook:
         for index, cell in enumerate(code_cells(path), start=1):
             lines = [line.strip() for line in cell["source"].splitlines()]
             tags = cell.get("metadata", {}).get("tags", [])
-            for number, line in enumerate(lines):
+            for line in lines:
                 if "NBVAL_" in line and line.startswith("#"):
                     assert line in NBVAL_MARKERS, f"cell {index}: nbval ignores {line!r}"
             if "# NBVAL_IGNORE_OUTPUT" in lines or "nbval-ignore-output" in tags:

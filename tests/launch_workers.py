@@ -1,0 +1,85 @@
+"""Workers for tests/test_launch.py: spawned processes import them from this file.
+
+Each takes `(rank, world_size, ...)` as `tpuready.launch.run_workers` passes them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+
+import psutil  # installed with ipykernel
+import torch
+import torch.distributed as dist
+
+from tpuready.offline import network_guard_installed
+
+
+def noisy_all_reduce(rank: int, world_size: int, scale: float = 1.0) -> dict[str, object]:
+    """Print, warn and write to fd 2 (none of it may reach the caller), then sum over ranks."""
+    print(f"rank {rank} says hello on stdout")
+    print(f"rank {rank} says hello on stderr", file=sys.stderr)
+    warnings.warn(f"rank {rank} warns", UserWarning, stacklevel=1)
+    os.write(2, f"rank {rank} writes to fd 2\n".encode())
+    values = torch.tensor([float(rank + 1) * scale])
+    dist.all_reduce(values)
+    gathered = [torch.zeros(1) for _ in range(world_size)]
+    dist.all_gather(gathered, torch.tensor([float(rank)]))
+    return {
+        "rank": rank,
+        "sum": values.item(),
+        "gathered": [tensor.item() for tensor in gathered],
+        "environment": {name: os.environ[name] for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE")},
+        "master_addr": os.environ["MASTER_ADDR"],
+        "gloo_interface": os.environ.get("GLOO_SOCKET_IFNAME"),
+        "offline_guard": network_guard_installed(),
+        "socket_addresses": sorted(
+            {
+                address.ip
+                for connection in psutil.Process().net_connections(kind="inet")
+                for address in (connection.laddr, connection.raddr)
+                if address
+            }
+        ),
+        "pid": os.getpid(),
+    }
+
+
+def fail_on_one_rank(rank: int, world_size: int, failing_rank: int) -> float:
+    """`failing_rank` raises; the others block in an all_reduce it never joins."""
+    if rank == failing_rank:
+        print(f"rank {rank} is about to fail")
+        raise ValueError(f"rank {rank} failed on purpose")
+    values = torch.ones(1)
+    dist.all_reduce(values)
+    return values.item()
+
+
+def exit_abruptly_on_one_rank(rank: int, world_size: int, failing_rank: int) -> float:
+    """`failing_rank` leaves with os._exit (no traceback); the others block in an all_reduce."""
+    if rank == failing_rank:
+        os._exit(3)
+    values = torch.ones(1)
+    dist.all_reduce(values)
+    return values.item()
+
+
+def hang_on_some_ranks(rank: int, world_size: int, hanging_ranks: list[int]) -> int:
+    """The ranks in `hanging_ranks` sleep far past any test timeout; the others return."""
+    if rank in hanging_ranks:
+        time.sleep(3600)
+    return rank
+
+
+def return_unpicklable(rank: int, world_size: int) -> object:
+    """A result that cannot travel back to the caller."""
+    return lambda: rank
+
+
+class Holder:
+    """Holds a method that the launcher must refuse (a bound method is not importable)."""
+
+    def work(self, rank: int, world_size: int) -> int:
+        return rank

@@ -1,0 +1,243 @@
+"""tpuready.launch: real gloo ranks on CPU, rank-ordered results, loud failures, no leftovers.
+
+Each run spawns processes that import torch (2-4 s each on two cores), so the tests share
+runs where one run can show several behaviours.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import math
+import multiprocessing.context
+import multiprocessing.resource_tracker
+import os
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import launch_workers
+import pytest
+from launch_workers import (
+    Holder,
+    exit_abruptly_on_one_rank,
+    fail_on_one_rank,
+    hang_on_some_ranks,
+    noisy_all_reduce,
+    return_unpicklable,
+)
+
+from tpuready.launch import WorkerCrashedError, WorkersTimedOutError, run_workers
+
+# A safety net: no test may hang the suite even if the launcher's own timeout broke.
+pytestmark = pytest.mark.timeout(180)
+
+
+def child_process_ids() -> set[int]:
+    """Processes whose parent is this test process, zombies included (read from /proc).
+
+    Leaves out multiprocessing's resource tracker: `spawn` starts one per caller on first use,
+    and it lives as long as the caller does, by design.
+    """
+    resource_tracker_id = multiprocessing.resource_tracker._resource_tracker._pid
+    children = set()
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # The fields after "(command name)" start with the state, then the parent's id.
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended while we looked
+        process_id = int(stat_file.parent.name)
+        if int(fields[1]) == os.getpid() and process_id != resource_tracker_id:
+            children.add(process_id)
+    return children
+
+
+def is_loopback_address(address: str) -> bool:
+    """127.0.0.0/8 or ::1, also written as an IPv4-mapped IPv6 address (::ffff:127.0.0.1)."""
+    parsed = ipaddress.ip_address(address)
+    if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
+        parsed = parsed.ipv4_mapped
+    return parsed.is_loopback
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every test must leave no child process (running or zombie) and no temporary file."""
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("counting child processes reads /proc (Linux)")
+    temporary_dir = tmp_path / "tmp"
+    temporary_dir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary_dir))
+    children_before = child_process_ids()
+    yield
+    assert child_process_ids() <= children_before, "a rank was left running or unreaped"
+    assert list(temporary_dir.iterdir()) == [], "the launcher left temporary files"
+
+
+@pytest.fixture
+def spawning_forbidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make any attempt to start a spawned process fail the test."""
+
+    def refuse_to_start(process: object) -> None:
+        raise AssertionError("run_workers started a process before rejecting its input")
+
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", refuse_to_start)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_ranks_all_reduce_and_results_come_back_in_rank_order(
+    world_size: int, capfd: pytest.CaptureFixture[str]
+) -> None:
+    results = run_workers(noisy_all_reduce, world_size, scale=0.5)
+
+    assert [result["rank"] for result in results] == list(range(world_size))
+    expected_sum = 0.5 * world_size * (world_size + 1) / 2
+    assert [result["sum"] for result in results] == [expected_sum] * world_size
+    assert all(result["gathered"] == list(range(world_size)) for result in results)
+    assert [result["environment"] for result in results] == [
+        {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size)}
+        for rank in range(world_size)
+    ]
+    assert {result["master_addr"] for result in results} == {"127.0.0.1"}
+    assert {result["gloo_interface"] for result in results} <= {"lo", "lo0"}
+    # Gloo and the rendezvous store listen and connect on loopback only.
+    addresses = {address for result in results for address in result["socket_addresses"]}
+    assert addresses and all(is_loopback_address(address) for address in addresses), addresses
+    # Under `make test` (TPUREADY_OFFLINE=1) the ranks run under the network guard too.
+    guard_expected = os.environ.get("TPUREADY_OFFLINE") == "1"
+    assert {result["offline_guard"] for result in results} == {guard_expected}
+    process_ids = {result["pid"] for result in results}
+    assert len(process_ids) == world_size and os.getpid() not in process_ids
+    # The workers printed, warned and wrote to fd 2: none of it may reach the caller.
+    assert capfd.readouterr() == ("", "")
+
+
+def test_a_crashing_rank_raises_its_traceback_without_waiting_for_the_timeout(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(WorkerCrashedError) as caught:
+        run_workers(fail_on_one_rank, 2, 1, timeout_seconds=600)
+    elapsed = time.monotonic() - started
+
+    error = caught.value
+    assert error.rank == 1
+    message = str(error)
+    assert message.splitlines()[0] == "rank 1 of 2 failed: ValueError: rank 1 failed on purpose"
+    assert "Traceback (most recent call last)" in error.remote_traceback
+    assert "in fail_on_one_rank" in message
+    assert "rank 1 is about to fail" in error.log_tail  # the rank's own output, from its log
+    # Rank 0 waits in an all_reduce that rank 1 never joins: it must be stopped at once,
+    # not after 600 s (start-up takes 2-4 s per rank, more on a busy machine).
+    assert elapsed < 90, f"the crash took {elapsed:.1f} s to surface"
+    assert capfd.readouterr() == ("", "")
+
+
+def test_a_rank_that_dies_without_a_traceback_is_named_with_its_exit_code() -> None:
+    # Rank 0 also hosts the rendezvous store: its death must be reported, not rank 1's
+    # follow-on failure in the all_reduce.
+    with pytest.raises(WorkerCrashedError) as caught:
+        run_workers(exit_abruptly_on_one_rank, 2, 0, timeout_seconds=120)
+
+    assert caught.value.rank == 0
+    assert str(caught.value).splitlines()[0] == (
+        "rank 0 of 2 failed: its process exited with code 3"
+    )
+
+
+def test_hung_ranks_are_named_and_every_process_is_ended(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # The worker's clock starts once every rank has joined, so a slow start-up on a busy
+    # machine cannot turn rank 0 into a hung rank.
+    with pytest.raises(WorkersTimedOutError) as caught:
+        run_workers(hang_on_some_ranks, 2, [1], timeout_seconds=5)
+
+    assert caught.value.hung_ranks == [1]
+    assert str(caught.value).startswith(
+        "rank(s) [1] of 2 reported no result within 5 s; all ranks were stopped."
+    )
+    assert capfd.readouterr() == ("", "")
+    # nothing_left_behind then checks that both processes are gone and reaped.
+
+
+def test_ranks_that_do_not_join_in_time_are_named() -> None:
+    # Half a second is far less than importing torch takes, so no rank can join.
+    started = time.monotonic()
+    with pytest.raises(WorkersTimedOutError) as caught:
+        run_workers(hang_on_some_ranks, 2, [], startup_timeout_seconds=0.5)
+    elapsed = time.monotonic() - started
+
+    assert caught.value.hung_ranks == [0, 1]
+    assert str(caught.value).startswith(
+        "rank(s) [0, 1] of 2 did not join the process group within 0.5 s of starting;"
+    )
+    assert elapsed < 10, f"stopping the ranks took {elapsed:.1f} s"
+
+
+def test_an_unpicklable_result_is_reported_as_a_crash() -> None:
+    with pytest.raises(WorkerCrashedError, match=r"rank 0 of 1 failed: .*pickle") as caught:
+        run_workers(return_unpicklable, 1)
+    assert caught.value.rank == 0
+
+
+def nested_worker_factory() -> object:
+    def nested_worker(rank: int, world_size: int) -> int:
+        return rank
+
+    return nested_worker
+
+
+def worker_defined_in_main(rank: int, world_size: int) -> int:
+    return rank
+
+
+worker_defined_in_main.__module__ = "__main__"  # what a function defined in a notebook has
+
+
+@pytest.mark.parametrize(
+    "worker",
+    [
+        lambda rank, world_size: rank,
+        nested_worker_factory(),
+        worker_defined_in_main,
+        Holder().work,
+        functools.partial(launch_workers.hang_on_some_ranks, hanging_ranks=[]),
+    ],
+    ids=["lambda", "nested function", "defined in __main__", "bound method", "partial"],
+)
+@pytest.mark.usefixtures("spawning_forbidden")
+def test_workers_the_ranks_cannot_import_are_refused_before_spawning(worker: object) -> None:
+    with pytest.raises(ValueError, match=r"put the worker in an importable \.py file"):
+        run_workers(worker, 2)
+
+
+@pytest.mark.usefixtures("spawning_forbidden")
+def test_a_worker_that_is_not_callable_is_refused() -> None:
+    with pytest.raises(TypeError, match="worker must be a function, got 42"):
+        run_workers(42, 2)  # type: ignore[arg-type]
+
+
+@pytest.mark.usefixtures("spawning_forbidden")
+def test_unpicklable_arguments_are_refused_before_spawning() -> None:
+    with pytest.raises(TypeError, match="must be picklable"):
+        run_workers(hang_on_some_ranks, 2, threading.Lock())
+
+
+@pytest.mark.parametrize("world_size", [0, -2, 2.0, True, "2", None])
+@pytest.mark.usefixtures("spawning_forbidden")
+def test_a_bad_world_size_is_refused_with_its_value(world_size: object) -> None:
+    with pytest.raises(ValueError, match=f"world_size .*got {re.escape(repr(world_size))}$"):
+        run_workers(noisy_all_reduce, world_size)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["timeout_seconds", "startup_timeout_seconds"])
+@pytest.mark.parametrize("seconds", [0, -1.5, math.nan, math.inf, "5", True, None])
+@pytest.mark.usefixtures("spawning_forbidden")
+def test_a_bad_timeout_is_refused_with_its_value(name: str, seconds: object) -> None:
+    with pytest.raises(ValueError, match=f"^{name} .*got {re.escape(repr(seconds))}$"):
+        run_workers(noisy_all_reduce, 2, **{name: seconds})

@@ -1,0 +1,387 @@
+"""Run one worker function on N CPU processes joined by `torch.distributed` over gloo.
+
+Taught in the Part II chapters: every sharding lesson starts its ranks with `run_workers`,
+so the collectives you watch are real ones between real processes on your laptop.
+
+What it guarantees, and why:
+
+- Processes start with `spawn`, as TorchTPU requires (`fork` is unsafe once threads exist).
+  So the worker must be a module-level function in an importable .py file: a notebook
+  keeps its workers in a file next to it.
+- Everything stays on this machine: the caller binds a free port on 127.0.0.1 and hands the
+  socket to rank 0, whose rendezvous store listens there (and nowhere else); gloo uses the
+  loopback interface.
+- The ranks print nothing to your screen. Each rank's stdout, stderr and warnings go to a
+  temporary log file; the tail of that log comes back inside the error if the rank fails.
+  Results come back as return values, in rank order, so output is the caller's to print.
+- A failing rank raises `WorkerCrashedError` in the caller at once, with its traceback. Ranks
+  that take too long raise `WorkersTimedOutError`, which names them. Two clocks run: one for
+  start-up (importing torch and joining the group takes 2-4 s per rank, far more on a busy
+  laptop) and one for the worker itself, started once every rank has joined.
+  Either way every process is ended and reaped, and the log files are deleted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import multiprocessing
+import os
+import pickle
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+__all__ = ["WorkerCrashedError", "WorkersTimedOutError", "run_workers"]
+
+LOOPBACK_ADDRESS = "127.0.0.1"
+LOG_TAIL_LINES = 20
+# After `terminate` (SIGTERM) a process gets this long to exit before `kill` (SIGKILL).
+STOP_GRACE_SECONDS = 5.0
+
+
+class WorkerCrashedError(RuntimeError):
+    """A rank raised an exception or died; `rank` names it, the message holds its traceback."""
+
+    def __init__(self, message: str, rank: int, remote_traceback: str, log_tail: str) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.remote_traceback = remote_traceback
+        self.log_tail = log_tail
+
+
+class WorkersTimedOutError(RuntimeError):
+    """Some ranks reported no result within the timeout; `hung_ranks` lists them."""
+
+    def __init__(self, message: str, hung_ranks: list[int]) -> None:
+        super().__init__(message)
+        self.hung_ranks = hung_ranks
+
+
+def run_workers(
+    worker: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout_seconds: float = 120.0,
+    startup_timeout_seconds: float = 120.0,
+    **kwargs: Any,
+) -> list[Any]:
+    """Call `worker(rank, world_size, *args, **kwargs)` on `world_size` processes; return results.
+
+    Each process has joined the default gloo process group before `worker` runs and leaves
+    it afterwards, so the worker can call `dist.all_reduce` and friends directly. The
+    returned list holds the worker's return values ordered by rank; arguments and results
+    travel by pickle, so both must be picklable (plain numbers, lists, CPU tensors).
+    Every rank must join the group within `startup_timeout_seconds` of the start, and
+    return within `timeout_seconds` of the moment the last rank joined. A rank ends as soon
+    as it has reported, without running `atexit` hooks: close any file the worker writes.
+    The two timeouts belong to the launcher; any other keyword goes to the worker.
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    _check_seconds("timeout_seconds", timeout_seconds)
+    _check_seconds("startup_timeout_seconds", startup_timeout_seconds)
+    _check_importable(worker)
+    try:
+        payload = pickle.dumps((worker, args, kwargs))
+    except Exception as error:
+        raise TypeError(
+            f"the worker's arguments must be picklable to reach the other processes: {error}"
+        ) from error
+
+    # Gloo's own timeout outlasts both clocks, so that a hang is reported by the launcher,
+    # with the ranks' names, rather than as a gloo error on the ranks that waited.
+    group_timeout_seconds = startup_timeout_seconds + timeout_seconds
+    context = multiprocessing.get_context("spawn")
+    processes: list[BaseProcess] = []
+    connections: dict[Connection, int] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="tpuready-launch-") as log_dir,
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM) as store_socket,
+    ):
+        # Port 0 lets the system pick a free port; holding the bound socket until rank 0
+        # takes it over means no other program can grab the port in between.
+        store_socket.bind((LOOPBACK_ADDRESS, 0))
+        log_paths = [Path(log_dir, f"rank{rank}.log") for rank in range(world_size)]
+        try:
+            for rank in range(world_size):
+                parent_end, child_end = context.Pipe()
+                process = context.Process(
+                    target=_run_rank,
+                    args=(rank, world_size, store_socket.getsockname()[1], group_timeout_seconds),
+                    kwargs={
+                        "connection": child_end,
+                        "log_path": log_paths[rank],
+                        "payload": payload,
+                        "store_socket": store_socket if rank == 0 else None,
+                    },
+                    name=f"tpuready-rank{rank}",
+                )
+                process.start()
+                child_end.close()  # the child holds its own copy; ours would hide its EOF
+                processes.append(process)
+                connections[parent_end] = rank
+            results = _collect_results(
+                connections, processes, log_paths, timeout_seconds, startup_timeout_seconds
+            )
+            exit_deadline = time.monotonic() + STOP_GRACE_SECONDS
+            for process in processes:  # every rank has reported: let them exit on their own
+                process.join(max(exit_deadline - time.monotonic(), 0))
+            return results
+        finally:
+            _stop(processes)
+            for connection in connections:
+                connection.close()
+
+
+def _check_seconds(name: str, value: object) -> None:
+    """Refuse a duration that is not a positive, finite number of seconds."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
+
+
+def _check_importable(worker: Callable[..., Any]) -> None:
+    """Refuse, before anything starts, a worker that spawned processes could not import."""
+    if not callable(worker):
+        raise TypeError(f"worker must be a function, got {worker!r}")
+    module_name = getattr(worker, "__module__", None)
+    qualified_name = getattr(worker, "__qualname__", None)
+    found: object = None
+    if module_name not in (None, "__main__", "__mp_main__") and qualified_name:
+        try:
+            found = importlib.import_module(module_name)
+            for attribute in qualified_name.split("."):
+                found = getattr(found, attribute)
+        except (ImportError, AttributeError):
+            found = None
+    if found is not worker:
+        raise ValueError(
+            f"worker {qualified_name or worker!r} (module {module_name!r}) cannot be imported by "
+            "the spawned processes: put the worker in an importable .py file as a module-level "
+            "function (not a lambda, a nested function, or a function defined in a notebook or "
+            "in __main__) and import it from there"
+        )
+
+
+def _collect_results(
+    connections: dict[Connection, int],
+    processes: list[BaseProcess],
+    log_paths: list[Path],
+    timeout_seconds: float,
+    startup_timeout_seconds: float,
+) -> list[Any]:
+    """Read each rank's messages ("joined", then a result or an error) until all have reported.
+
+    Raises as soon as a rank fails, or when a rank misses the start-up or the worker clock.
+    """
+    world_size = len(processes)
+    results: list[Any] = [None] * world_size
+    pending = dict(connections)  # the ranks that have not reported a result yet
+    joined: set[int] = set()
+    deadline = time.monotonic() + startup_timeout_seconds
+    while pending:
+        ready = wait(list(pending), timeout=max(deadline - time.monotonic(), 0))
+        if not ready:
+            _stop(processes)
+            raise _timed_out(
+                joined,
+                sorted(pending.values()),
+                world_size,
+                log_paths,
+                timeout_seconds,
+                startup_timeout_seconds,
+            )
+        failures: list[tuple[int, tuple[str, str] | None]] = []
+        for connection in ready:
+            rank = pending[connection]
+            try:
+                kind, value = connection.recv()
+            except EOFError:  # the process died without a word (killed, os._exit, segfault)
+                kind, value = "error", None
+            if kind == "joined":
+                joined.add(rank)
+                if len(joined) == world_size:  # everyone is in: the worker's clock starts
+                    deadline = time.monotonic() + timeout_seconds
+            elif kind == "result":
+                results[rank] = value
+                del pending[connection]
+            else:
+                failures.append((rank, value))
+        if failures:
+            raise _crashed(failures, joined, processes, log_paths)
+    return results
+
+
+def _timed_out(
+    joined: set[int],
+    unfinished_ranks: list[int],
+    world_size: int,
+    log_paths: list[Path],
+    timeout_seconds: float,
+    startup_timeout_seconds: float,
+) -> WorkersTimedOutError:
+    """The error for ranks that missed a clock, with the last lines each of them wrote."""
+    if len(joined) < world_size:
+        hung_ranks = [rank for rank in range(world_size) if rank not in joined]
+        problem = (
+            f"did not join the process group within {startup_timeout_seconds:g} s of starting; "
+            "all ranks were stopped. Raise startup_timeout_seconds if this machine is busy."
+        )
+    else:
+        hung_ranks = unfinished_ranks
+        problem = (
+            f"reported no result within {timeout_seconds:g} s; all ranks were stopped. "
+            "Look for a collective that not every rank reaches, or raise timeout_seconds."
+        )
+    tails = "".join(
+        f"\nLast lines of rank {rank}'s output:\n{_tail(log_paths[rank])}" for rank in hung_ranks
+    )
+    return WorkersTimedOutError(
+        f"rank(s) {hung_ranks} of {world_size} {problem}{tails}", hung_ranks
+    )
+
+
+def _crashed(
+    failures: list[tuple[int, tuple[str, str] | None]],
+    joined: set[int],
+    processes: list[BaseProcess],
+    log_paths: list[Path],
+) -> WorkerCrashedError:
+    """Stop every rank, then build the error for the failure that came first.
+
+    A rank that died silently (no summary and traceback) wins: its death makes the other
+    ranks' collectives fail, and their errors can arrive in the same batch.
+    """
+    rank, error = min(failures, key=lambda failure: (failure[1] is not None, failure[0]))
+    _stop(processes)
+    if error is None:
+        summary = f"its process exited with code {processes[rank].exitcode}"
+        if rank not in joined:  # the usual cause: spawn re-ran a script's unguarded code
+            summary += (
+                ' while starting (in a script, call run_workers under `if __name__ == "__main__":`)'
+            )
+        remote_traceback = "(no traceback: the process ended without reporting)\n"
+    else:
+        summary, remote_traceback = error
+    log_tail = _tail(log_paths[rank])
+    return WorkerCrashedError(
+        f"rank {rank} of {len(processes)} failed: {summary}\n"
+        f"The other ranks were stopped.\n"
+        f"Remote traceback of rank {rank}:\n{remote_traceback}"
+        f"Last lines of rank {rank}'s output:\n{log_tail}",
+        rank,
+        remote_traceback,
+        log_tail,
+    )
+
+
+def _stop(processes: list[BaseProcess]) -> None:
+    """End every process still alive (SIGTERM, then SIGKILL) and reap them all."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    for process in processes:
+        process.join(max(deadline - time.monotonic(), 0))
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def _tail(log_path: Path) -> str:
+    """The last lines a rank wrote to its log, or a note that it wrote nothing."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        lines = []
+    if not lines:
+        return "(nothing)\n"
+    return "\n".join(lines[-LOG_TAIL_LINES:]) + "\n"
+
+
+def _loopback_interface() -> str | None:
+    """The loopback network interface's name: `lo` on Linux, `lo0` on macOS."""
+    names = {name for _, name in socket.if_nameindex()}
+    return next((name for name in ("lo", "lo0") if name in names), None)
+
+
+def _run_rank(
+    rank: int,
+    world_size: int,
+    master_port: int,
+    group_timeout_seconds: float,
+    *,
+    connection: Connection,
+    log_path: Path,
+    payload: bytes,
+    store_socket: socket.socket | None,
+) -> None:
+    """The body of each spawned process: silence it, join the group, run the worker, report."""
+    # First of all, send this process's stdout and stderr (Python's and C++'s: warnings,
+    # prints, gloo logs) to its log file, so that nothing reaches the caller's screen.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    os.environ.update(
+        MASTER_ADDR=LOOPBACK_ADDRESS,
+        MASTER_PORT=str(master_port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+    )
+    interface = _loopback_interface()
+    if interface is not None:  # gloo otherwise uses the address the host name resolves to
+        os.environ["GLOO_SOCKET_IFNAME"] = interface
+
+    exit_code = 0
+    try:
+        import torch.distributed as dist  # imported only now, so its messages go to the log
+
+        worker, args, kwargs = pickle.loads(payload)
+        timeout = timedelta(seconds=group_timeout_seconds)
+        # Rank 0 serves the rendezvous store on the socket the caller bound; the others connect.
+        store = dist.TCPStore(
+            LOOPBACK_ADDRESS,
+            master_port,
+            world_size,
+            is_master=rank == 0,
+            timeout=timeout,
+            master_listen_fd=store_socket.detach() if store_socket is not None else None,
+        )
+        dist.init_process_group(
+            "gloo", store=store, rank=rank, world_size=world_size, timeout=timeout
+        )
+        connection.send(("joined", None))
+        result = worker(rank, world_size, *args, **kwargs)
+        dist.destroy_process_group()
+        connection.send(("result", result))  # fails here if the result is not picklable
+    except BaseException as error:
+        exit_code = 1
+        summary = f"{type(error).__name__}: {error}".splitlines()[0]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        connection.send(("error", (summary, traceback.format_exc())))
+        # Wait for the caller to stop us instead of leaving the group now: leaving would make
+        # the other ranks fail too, and their errors could reach the caller before ours.
+        connection.poll(group_timeout_seconds)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Everything the caller needs has been sent: skip the interpreter's teardown, which takes
+    # 1-3 s once torch is imported (so a worker must close the files it writes itself).
+    os._exit(exit_code)
