@@ -19,6 +19,10 @@ NOTEBOOK_ENV := TPUREADY_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
 	PYTHONPATH=$(CURDIR)/scripts/offline_site OMP_NUM_THREADS=1 PYTHONHASHSEED=0 \
 	TOKENIZERS_PARALLELISM=false JUPYTER_PLATFORM_DIRS=1 MPLBACKEND=Agg
 
+# Drop pip's notes about local package mirrors it skips; keep everything else (pipefail keeps
+# pip's exit status).
+QUIET_PIP := { grep -v "^WARNING: Location" || true; }
+
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	--nbval-cell-timeout=300
 
@@ -37,9 +41,8 @@ venv: $(INSTALLED)
 
 $(INSTALLED): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON_FOR_VENV) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-	$(PY) -m pip install --quiet -r requirements.txt 2>&1 | grep -v "^WARNING: Location" || true
-	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -m pip install --quiet -r requirements.txt 2>&1 | $(QUIET_PIP)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . 2>&1 | $(QUIET_PIP)
 	$(PY) -c "import torch, tpuready, nbval, jupyter_book; print('venv ready: torch', torch.__version__)"
 	touch $@
 

@@ -27,8 +27,8 @@ KERNEL_SPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "langu
 
 
 def all_notebooks() -> list[Path]:
-    """Every chapter notebook, in book order (file names start with their number)."""
-    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    """Every notebook of the book: chapters (numbered, so in book order), then reference pages."""
+    return sorted(NOTEBOOKS.glob("*.ipynb"))
 
 
 def run_notebook(path: Path) -> tuple[nbformat.NotebookNode, float]:
