@@ -49,9 +49,9 @@ def built_site() -> Path:
     )
     seconds = time.perf_counter() - started
     log = result.stdout + result.stderr
-    assert result.returncode == 0, log[-4000:]
-    warnings = [line for line in log.splitlines() if re.search(r"\bWARNING\b", line)]
+    warnings = [line for line in log.splitlines() if re.search(r"\b(WARNING|ERROR)\b", line)]
     assert warnings == [], "\n".join(warnings)
+    assert result.returncode == 0, log[-4000:]
     print(f"book built in {seconds:.1f} s")
     assert seconds <= BUILD_BUDGET_SECONDS, f"the book build took {seconds:.1f} s"
     return SITE
