@@ -74,7 +74,8 @@ def bench(paths: list[Path], runs: int) -> None:
         f"""# Execution statistics
 
 How long each chapter takes to execute on the machine that ran `make bench`, with the
-same settings as the tests (one torch thread, offline guard). The budget is 60 s per
+same settings as the tests (one torch thread, offline guard). Each time runs from starting
+the kernel to shutting it down, so it includes importing torch. The budget is 60 s per
 notebook on a 2-core CPU.
 
 - Date: {datetime.date.today().isoformat()}
