@@ -1,0 +1,95 @@
+"""The tools around the notebooks: the executor's stored-sample rule and the nbval time budget."""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+
+import nbformat
+import pytest
+from conftest import REPOSITORY
+from notebook_time_budget import notebook_of, over_budget
+
+pytest_plugins = ["pytester"]
+
+
+def _load_executor():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("notebooks", REPOSITORY / "scripts/notebooks.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+executor = _load_executor()
+
+
+def _notebook(*cells: tuple[str, str]) -> nbformat.NotebookNode:
+    notebook = nbformat.v4.new_notebook()
+    for source, printed in cells:
+        cell = nbformat.v4.new_code_cell(source)
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=printed)]
+        notebook.cells.append(cell)
+    return notebook
+
+
+TIMING = "# NBVAL_IGNORE_OUTPUT\n# Why: a wall-clock time\nprint(elapsed)"
+
+
+def test_an_unchanged_timing_cell_keeps_its_stored_sample() -> None:
+    stored = _notebook(("print(1)", "1\n"), (TIMING, "2.20 ms\n"))
+    fresh = _notebook(("print(1)", "1\n"), (TIMING, "2.31 ms\n"))
+    assert executor.keep_stored_samples(stored, fresh) == 1
+    assert fresh.cells[1].outputs[0].text == "2.20 ms\n"
+
+
+def test_compared_cells_and_changed_cells_take_the_new_output() -> None:
+    stored = _notebook(("print(x)", "1\n"), (TIMING, "2.20 ms\n"))
+    fresh = _notebook(("print(x)", "2\n"), (TIMING + " * 2", "4.62 ms\n"))
+    assert executor.keep_stored_samples(stored, fresh) == 0
+    assert [cell.outputs[0].text for cell in fresh.cells] == ["2\n", "4.62 ms\n"]
+
+
+def test_a_timing_cell_whose_outputs_changed_kind_takes_the_new_output() -> None:
+    stored = _notebook((TIMING, "2.20 ms\n"))
+    fresh = _notebook((TIMING, "2.31 ms\n"))
+    fresh.cells[0].outputs[0].name = "stderr"
+    assert executor.keep_stored_samples(stored, fresh) == 0
+
+
+def test_notebook_of_reads_nbval_node_ids() -> None:
+    assert notebook_of("notebooks/01_a.ipynb::Cell 3") == "notebooks/01_a.ipynb"
+    assert notebook_of("tests/test_x.py::test_y") is None
+
+
+def test_over_budget_names_only_the_slow_notebooks() -> None:
+    assert over_budget({"a.ipynb": 61.0, "b.ipynb": 59.0}, 60.0) == {"a.ipynb": 61.0}
+    with pytest.raises(ValueError, match="-1"):
+        over_budget({}, -1)
+
+
+def test_a_slow_notebook_fails_the_run(pytester: pytest.Pytester) -> None:
+    # Items named like nbval's (`x.ipynb::Cell 0`) that take 0.3 s, against a 0.2 s budget.
+    pytester.makeconftest(
+        textwrap.dedent(
+            """
+            import time, pytest
+            class Cell(pytest.Item):
+                def runtest(self):
+                    time.sleep(0.15)
+            class Notebook(pytest.File):
+                def collect(self):
+                    for index in range(2):
+                        yield Cell.from_parent(self, name=f"Cell {index}")
+            def pytest_collect_file(file_path, parent):
+                if file_path.suffix == ".ipynb":
+                    return Notebook.from_parent(parent, path=file_path)
+            """
+        )
+    )
+    pytester.makefile(".ipynb", slow="{}")
+    slow = pytester.runpytest_inprocess("-p", "notebook_time_budget", "--notebook-budget", "0.2")
+    assert slow.ret == pytest.ExitCode.TESTS_FAILED
+    slow.stdout.fnmatch_lines(["*slow.ipynb  OVER BUDGET*"])
+    fast = pytester.runpytest_inprocess("-p", "notebook_time_budget", "--notebook-budget", "5")
+    assert fast.ret == pytest.ExitCode.OK
