@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import nbformat
@@ -494,16 +493,14 @@ def test_findings_follow_each_snippet_wherever_it_lands(indices: list[int]) -> N
     assert len(findings) == sum(len(SNIPPETS[index][1]) for index in indices)
 
 
-def test_scanning_is_well_under_a_second_per_thousand_lines() -> None:
+def test_a_large_file_gets_every_finding() -> None:
+    # How fast this runs is measured by `make bench` (book/execution-statistics.md), not here:
+    # wall-clock assertions flake on a loaded 2-core machine.
     body = "\n".join(snippet for snippet, _ in SNIPPETS)
     source = "import torch\n" + "\n".join(
         f"def step_{n}(model, batch, data, weights, device, rank, local_rank):\n"
         + "\n".join("    " + line for line in body.split("\n"))
         for n in range(300)
     )
-    thousands_of_lines = source.count("\n") / 1000
-    started = time.perf_counter()
     findings = audit.audit_code(source)
-    seconds = time.perf_counter() - started
     assert len(findings) == 300 * 12
-    assert seconds / thousands_of_lines < 0.5, f"{seconds / thousands_of_lines:.3f} s per kLOC"
