@@ -1,0 +1,95 @@
+"""Claims the prose pages and the repository's own files make, checked against what they name."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import yaml
+from conftest import REPOSITORY, read_notebook
+
+BOOK_PAGES = sorted((REPOSITORY / "book").glob("*.md"))
+CHAPTER_FILES = {path.name[:2]: path for path in (REPOSITORY / "notebooks").glob("[0-9][0-9]_*")}
+
+
+def chapter_text(number: str) -> str:
+    return "\n".join(cell.source for cell in read_notebook(CHAPTER_FILES[number.zfill(2)]).cells)
+
+
+def test_pages_send_readers_to_recompile_coverage_only_where_it_exists() -> None:
+    wrong = []
+    for page in BOOK_PAGES:
+        for sentence in re.split(r"(?<=[.!?])\s", page.read_text()):
+            if "recompil" not in sentence.lower():
+                continue
+            for number in re.findall(r"[Cc]hapters? (\d+)", sentence):
+                said = re.search(rf"[Cc]hapters? {number}[^.]*?recompil", sentence)
+                if said and "recompil" not in chapter_text(number).lower():
+                    wrong.append(f"{page.name}: {sentence.strip()[:80]}")
+    assert wrong == []
+
+
+def test_the_workshop_readiness_check_matches_chapter_1() -> None:
+    # book/workshop.md: the first step of chapter 1 has a cell that prints the chosen device.
+    cells = read_notebook(CHAPTER_FILES["01"]).cells
+    start = next(i for i, c in enumerate(cells) if c.source.startswith("## 1."))
+    end = next(i for i, c in enumerate(cells) if c.source.startswith("## 2."))
+    printed = [
+        output.get("text", "") + output.get("data", {}).get("text/plain", "")
+        for cell in cells[start:end]
+        if cell.cell_type == "code"
+        for output in cell.outputs
+    ]
+    assert any(re.search(r"\bcpu\b", text) for text in printed), printed
+
+
+def test_pages_are_published_only_after_the_test_command_passes() -> None:
+    workflow = yaml.safe_load((REPOSITORY / ".github/workflows/pages.yml").read_text())
+    jobs = workflow["jobs"]
+
+    def upstream(name: str) -> set[str]:
+        needs = jobs[name].get("needs", [])
+        needs = [needs] if isinstance(needs, str) else needs
+        return set(needs).union(*(upstream(need) for need in needs))
+
+    testing = {
+        name
+        for name, job in jobs.items()
+        if any("make test" in step.get("run", "") for step in job.get("steps", []))
+    }
+    deploying = [name for name, job in jobs.items() if "deploy-pages" in str(job.get("steps"))]
+    assert testing and deploying
+    for name in deploying:
+        assert upstream(name) & testing, f"job {name} deploys without a passing `make test`"
+
+
+def run_torch_choice(torch_build: str) -> subprocess.CompletedProcess[str]:
+    """Run the `TORCH=...` step of `make venv` with pip replaced by `echo`: what would it do?"""
+    dry_run = subprocess.run(
+        ["make", "-n", "-B", "venv", f"TORCH={torch_build}"],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    step = dry_run[dry_run.index("case") : dry_run.index("esac") + len("esac")]
+    step = re.sub(r"\S*python -m pip install", "echo pip install", step)
+    return subprocess.run(["bash", "-c", step], capture_output=True, text=True, timeout=60)
+
+
+def test_torch_cpu_installs_from_pytorchs_cpu_index() -> None:
+    chosen = run_torch_choice("cpu")
+    assert chosen.returncode == 0
+    assert "pip install --quiet torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in (
+        chosen.stdout.replace('"', "")
+    )
+
+
+def test_the_default_torch_comes_with_the_other_pins() -> None:
+    chosen = run_torch_choice("default")
+    assert chosen.returncode == 0 and "pip install" not in chosen.stdout
+
+
+def test_an_unknown_torch_build_is_refused_by_name() -> None:
+    refused = run_torch_choice("rocm")
+    assert refused.returncode == 2 and "'rocm'" in refused.stdout
