@@ -16,6 +16,8 @@ from tpuready.syncs import (
     COPY_TO_HOST,
     DATA_DEPENDENT_SHAPE,
     VALUE_READ,
+    GraphBreak,
+    GraphReport,
     HostSyncCounter,
     explain_graphs,
     quiet_compiler_logs,
@@ -272,7 +274,42 @@ def test_breaks_in_resumed_code_name_the_original_function() -> None:
         "if total > 0:",
         "positive = values[values > 0]",
     ]
-    assert "if total > 0:" in str(report)
+    assert "     if total > 0:" in str(report).splitlines()
+
+
+def prints_then_doubles(predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    loss = F.mse_loss(predictions, targets)
+    print(f"loss {loss:.3f}")
+    return loss * 2
+
+
+def test_a_many_line_reason_is_cut_to_its_first_line(capsys: pytest.CaptureFixture[str]) -> None:
+    # Dynamo's reason for a print runs on with an explanation, hints and a link.
+    raw = torch._dynamo.explain(prints_then_doubles)(PREDICTIONS, TARGETS)
+    assert len(raw.break_reasons[0].reason.strip().splitlines()) > 1
+    report = explain_graphs(prints_then_doubles, PREDICTIONS, TARGETS)
+    assert [graph_break.reason for graph_break in report.breaks] == [
+        raw.break_reasons[0].reason.strip().splitlines()[0]
+    ]
+    assert report.breaks[0].code == 'print(f"loss {loss:.3f}")'
+    assert capsys.readouterr().out == "loss 9.000\nloss 9.000\n"  # both calls really ran
+
+
+def test_the_printout_fits_a_page_column_and_names_each_break() -> None:
+    long_code = "if total > 0:  # " + "a comment that runs far past the page column " * 2
+    report = GraphReport(
+        graph_count=2,
+        graph_break_count=1,
+        op_count=3,
+        breaks=(GraphBreak(reason="generic_jump TensorVariable()", function="f", code=long_code),),
+    )
+    lines = str(report).splitlines()
+    assert lines[0] == "graphs: 2, graph breaks: 1, break reasons: 1"
+    assert lines[1] == "  1. in f():"
+    assert len(lines[2]) == 79 and lines[2].endswith("...")
+    assert lines[2].strip().startswith("if total > 0:")
+    assert lines[3] == "     generic_jump TensorVariable()"
+    assert len(lines) == 4
 
 
 def test_a_device_side_rewrite_is_one_graph() -> None:

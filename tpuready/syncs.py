@@ -314,14 +314,24 @@ class GraphReport:
         return self.graph_count == 1 and not self.breaks
 
     def __str__(self) -> str:
+        """Counts, then per break its function, source line and reason, each line <= 79."""
         lines = [
             f"graphs: {self.graph_count}, graph breaks: {self.graph_break_count}, "
             f"break reasons: {len(self.breaks)}"
         ]
         for number, graph_break in enumerate(self.breaks, start=1):
-            lines.append(f"  {number}. in {graph_break.function}(): {graph_break.code}")
-            lines.append(f"     {graph_break.reason}")
+            lines.append(_fit(f"  {number}. in {graph_break.function}():"))
+            lines.append(_fit(f"     {graph_break.code}"))
+            lines.append(_fit(f"     {graph_break.reason}"))
         return "\n".join(lines)
+
+
+REPORT_WIDTH = 79
+
+
+def _fit(line: str, width: int = REPORT_WIDTH) -> str:
+    """The line, cut to `width` characters with a trailing "..." if longer (a page column)."""
+    return line if len(line) <= width else line[: width - 3] + "..."
 
 
 def _is_console_handler(handler: logging.Handler) -> bool:
@@ -381,8 +391,12 @@ def _graph_break(reason: Any) -> GraphBreak:
 def explain_graphs(function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> GraphReport:
     """Run `function(*args, **kwargs)` once under `torch._dynamo.explain`; report its graphs.
 
-    The function really runs (its side effects happen). Dynamo's caches are reset before and
-    after, so reports do not depend on earlier calls; its warnings are kept off stderr.
+    What it adds to `explain`'s own result: each break's reason cut to its first line (Dynamo's
+    run on with hints and a link), the user's function rather than Dynamo's generated
+    `torch_dynamo_resume_in_...` and the source line, `is_single_graph`, a printout that fits
+    a page column, and Dynamo's warnings kept off stderr. The function really runs (its side
+    effects happen); Dynamo's caches are reset before and after, so reports do not depend on
+    earlier calls.
     """
     if not callable(function):
         raise TypeError(f"explain_graphs needs a callable, got {type(function).__name__}")
