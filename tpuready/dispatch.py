@@ -2,8 +2,11 @@
 
 Taught in `notebooks/02_under_the_hood_dispatcher.ipynb`: the operators one forward pass
 reaches are the operators a backend (TorchTPU, or the toy device built in that chapter) must
-implement. Reuse `OpRecorder` to see what any model runs; to count the calls that make the
-host wait, use `tpuready.syncs.HostSyncCounter` (chapter 4).
+implement. The chapter first writes a `TorchDispatchMode` of a dozen lines that keeps only
+operator names; `OpRecorder` sees the same calls and adds what that one lacks: input shapes,
+dtypes and output shapes per call, counts per operator in a stable order, a table, `clear()`.
+Reuse it to see what any model runs; to count the calls that make the host wait, use
+`tpuready.syncs.HostSyncCounter` (chapter 4).
 
     with OpRecorder() as recorder:
         model(inputs)
@@ -26,7 +29,7 @@ __all__ = ["OpRecorder", "RecordedOp", "format_counts"]
 
 @dataclass(frozen=True)
 class RecordedOp:
-    """One operator call: its overload (`aten.addmm.default`), input shapes and input dtypes."""
+    """One operator call: its overload (`aten.addmm.default`), input shapes, dtypes, outputs."""
 
     name: str
     input_shapes: tuple[tuple[int, ...], ...]
