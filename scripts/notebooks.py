@@ -46,6 +46,7 @@ def run_notebook(path: Path) -> tuple[nbformat.NotebookNode, float]:
         timeout=CELL_TIMEOUT_SECONDS,
         kernel_name="python3",
         record_timing=False,
+        coalesce_streams=True,  # one stream output per cell, wherever the flush timer split it
         resources={"metadata": {"path": str(path.parent)}},
     )
     started = time.perf_counter()
