@@ -1,309 +1,205 @@
-"""Tests for tpuready.check: parity reports, default tolerances and the bf16-passes model."""
+"""Tests for tpuready.check: the book's relative error and the bf16-passes model of TorchTPU."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tpuready.check import (
-    MATMUL_PASSES,
-    ParityReport,
-    Tolerance,
-    compare_tensors,
-    default_tolerance,
-    emulate_bf16_matmul_passes,
-    matmul_in_bf16_passes,
-    split_into_bf16,
-)
+from tpuready.check import MATMUL_PASSES, emulate_bf16_matmul_passes, relative_error
 
-FLOAT_DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 shapes = st.lists(st.integers(min_value=1, max_value=5), min_size=1, max_size=3).map(tuple)
-finite_values = st.floats(min_value=-1e3, max_value=1e3, allow_nan=False, allow_infinity=False)
+# Magnitudes where float32 and bfloat16 are normal numbers (no subnormals, no overflow), so
+# rounding to them has a relative error of at most their unit roundoff.
+normal_magnitudes = st.floats(min_value=1e-30, max_value=1e30)
+signs = st.sampled_from([-1.0, 1.0])
 
 
 @st.composite
-def tensors(draw, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def tensors(draw: st.DrawFn, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+    """A float64 tensor of normal, nonzero values (so its norm is never 0)."""
+    shape = draw(shapes) if shape is None else shape
+    size = math.prod(shape)
+    magnitudes = draw(st.lists(normal_magnitudes, min_size=size, max_size=size))
+    sign_list = draw(st.lists(signs, min_size=size, max_size=size))
+    values = [sign * magnitude for sign, magnitude in zip(sign_list, magnitudes, strict=True)]
+    return torch.tensor(values, dtype=torch.float64).reshape(shape)
+
+
+@st.composite
+def pairs_of_tensors(draw: st.DrawFn) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two tensors of the SAME shape, drawn independently, so the difference is never trivial."""
     shape = draw(shapes)
-    values = draw(st.lists(finite_values, min_size=math.prod(shape), max_size=math.prod(shape)))
-    return torch.tensor(values, dtype=torch.float64).reshape(shape).to(dtype)
+    return draw(tensors(shape)), draw(tensors(shape))
 
 
-# --- default_tolerance ------------------------------------------------------------------------
+# --- relative_error: worked examples -------------------------------------------------------
 
 
-def test_default_tolerance_matches_torch_testing_defaults() -> None:
-    assert default_tolerance(torch.float32) == Tolerance(rtol=1.3e-6, atol=1e-5)
-    assert default_tolerance(torch.bfloat16) == Tolerance(rtol=1.6e-2, atol=1e-5)
-    assert default_tolerance(torch.float16) == Tolerance(rtol=1e-3, atol=1e-5)
+def test_relative_error_is_the_frobenius_ratio() -> None:
+    expected = torch.tensor([[3.0, 0.0], [0.0, 4.0]])  # norm 5
+    actual = torch.tensor([[3.0, 0.0], [0.0, 3.0]])  # difference norm 1
+    assert relative_error(actual, expected) == pytest.approx(0.2, rel=1e-12)
+    assert relative_error(expected, expected.clone()) == 0.0
 
 
-def test_default_tolerance_loosens_as_precision_drops() -> None:
-    rtols = [default_tolerance(dtype).rtol for dtype in FLOAT_DTYPES]
-    assert rtols == sorted(rtols)
-    assert len(set(rtols)) == len(rtols)
+def test_relative_error_follows_the_scale_not_each_element() -> None:
+    # An elementwise ratio would be 1e5 at the first element; the whole-tensor ratio is tiny.
+    expected = torch.tensor([1e-8, 1.0], dtype=torch.float64)
+    actual = torch.tensor([1e-3, 1.0], dtype=torch.float64)
+    assert relative_error(actual, expected) == pytest.approx(1e-3, rel=1e-4)
 
 
-def test_default_tolerance_is_a_few_units_of_rounding() -> None:
-    for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        machine_epsilon = torch.finfo(dtype).eps
-        assert machine_epsilon <= default_tolerance(dtype).rtol <= 16 * machine_epsilon
+def test_relative_error_is_not_symmetric() -> None:
+    # The reference sets the scale: swapping the arguments changes the denominator.
+    small, large = torch.tensor([1.0]), torch.tensor([2.0])
+    assert relative_error(small, large) == pytest.approx(0.5)
+    assert relative_error(large, small) == pytest.approx(1.0)
 
 
-def test_default_tolerance_rejects_unknown_dtype_by_name() -> None:
-    with pytest.raises(ValueError, match=r"torch\.int64.*supported dtypes: torch\.float64"):
-        default_tolerance(torch.int64)
+def test_relative_error_accepts_mixed_dtypes_and_ignores_gradients() -> None:
+    expected = torch.linspace(-3, 3, 101, requires_grad=True)
+    actual = expected.detach().bfloat16()
+    error = relative_error(actual, expected)
+    assert 0.0 < error <= 2.0**-8  # bf16 rounds each value by at most u = 2**-8
+    assert expected.dtype == torch.float32 and actual.dtype == torch.bfloat16
 
 
-@pytest.mark.parametrize("bad", [-1e-3, math.nan, math.inf])
-def test_tolerance_rejects_negative_or_non_finite(bad: float) -> None:
-    with pytest.raises(ValueError, match="rtol must be finite and >= 0"):
-        Tolerance(rtol=bad, atol=0.0)
-
-
-def test_tolerance_rejects_non_numbers() -> None:
-    with pytest.raises(TypeError, match="atol must be a number, got '1e-3'"):
-        Tolerance(rtol=0.0, atol="1e-3")  # type: ignore[arg-type]
-
-
-# --- compare_tensors: worked examples ------------------------------------------------------------
-
-
-def test_report_measures_abs_and_scale_relative_error() -> None:
-    reference = torch.tensor([1.0, -4.0, 2.0])
-    candidate = torch.tensor([1.0, -4.0, 2.02])
-    report = compare_tensors(reference, candidate, rtol=0.0, atol=0.05)
-    assert report.max_abs_error == pytest.approx(0.02, rel=1e-5)
-    assert report.max_rel_error == pytest.approx(0.02 / 4.0, rel=1e-5)
-    assert report.passed
-    assert report.num_elements == 3
-    assert report.num_mismatched == 0
-
-
-def test_relative_error_does_not_explode_near_zero() -> None:
-    reference = torch.tensor([1e-8, 1.0], dtype=torch.float64)
-    candidate = torch.tensor([1e-3, 1.0], dtype=torch.float64)
-    assert compare_tensors(reference, candidate).max_rel_error == pytest.approx(1e-3, rel=1e-4)
-
-
-def test_failed_report_counts_mismatches_and_says_so() -> None:
-    reference = torch.zeros(4)
-    candidate = torch.tensor([0.0, 1.0, 0.0, -1.0])
-    report = compare_tensors(reference, candidate)
-    assert not report.passed
-    assert report.num_mismatched == 2
-    assert report.max_rel_error == math.inf  # an all-zero reference has no scale
-    assert str(report).startswith("FAILED (2 of 4): max abs error 1.00e+00")
-
-
-def test_report_string_when_passed() -> None:
-    report = compare_tensors(torch.ones(2), torch.ones(2))
-    assert str(report) == (
-        "passed: max abs error 0.00e+00, max rel error 0.00e+00 (rtol 1.3e-06, atol 1.0e-05)"
+def test_relative_error_of_integers_and_complex_numbers() -> None:
+    assert relative_error(torch.tensor([3, 4]), torch.tensor([3, 5])) == pytest.approx(
+        1 / math.sqrt(34)
     )
+    expected = torch.tensor([3 + 4j])
+    assert relative_error(expected * 1j, expected) == pytest.approx(math.sqrt(2))
 
 
-def test_explicit_rtol_atol_override_the_dtype_default() -> None:
-    report = compare_tensors(torch.ones(3), torch.ones(3) * 1.1, rtol=0.2)
-    assert report.tolerance == Tolerance(rtol=0.2, atol=1e-5)
-    assert report.passed
-    assert not compare_tensors(torch.ones(3), torch.ones(3) * 1.1).passed
+def test_non_finite_actual_gives_infinity() -> None:
+    expected = torch.ones(3)
+    assert relative_error(torch.tensor([1.0, math.nan, 1.0]), expected) == math.inf
+    assert relative_error(torch.tensor([1.0, -math.inf, 1.0]), expected) == math.inf
 
 
-def test_nan_matches_nan_and_infinities_must_agree() -> None:
-    reference = torch.tensor([math.nan, math.inf, 1.0])
-    assert compare_tensors(reference, reference.clone()).passed
-    flipped = torch.tensor([math.nan, -math.inf, 1.0])
-    report = compare_tensors(reference, flipped)
-    assert not report.passed
-    assert report.num_mismatched == 1
-    assert report.max_abs_error == math.inf
-    nan_for_number = torch.tensor([math.nan, math.inf, math.nan])
-    assert compare_tensors(reference, nan_for_number).num_mismatched == 1
+def test_non_finite_reference_is_refused() -> None:
+    with pytest.raises(ValueError, match="expected holds NaN or infinite values"):
+        relative_error(torch.ones(2), torch.tensor([1.0, math.inf]))
 
 
-def test_empty_tensors_pass() -> None:
-    report = compare_tensors(torch.empty(0, 3), torch.empty(0, 3))
-    assert report.passed
-    assert report.max_abs_error == 0.0
-
-
-def test_mixed_dtypes_need_an_explicit_dtype() -> None:
-    reference = torch.linspace(-2, 2, 17)
-    candidate = reference.bfloat16()
-    expected_message = r"reference is torch\.float32, candidate is torch\.bfloat16"
-    with pytest.raises(TypeError, match=expected_message):
-        compare_tensors(reference, candidate)
-    report = compare_tensors(reference, candidate, dtype=torch.bfloat16)
-    assert report.tolerance == default_tolerance(torch.bfloat16)
-    assert report.passed
-
-
-def test_integer_tensors_need_dtype_or_exact_tolerance() -> None:
-    tokens = torch.tensor([3, 1, 4])
-    with pytest.raises(TypeError, match=r"torch\.int64; pass dtype="):
-        compare_tensors(tokens, tokens)
-    assert compare_tensors(tokens, tokens, dtype=torch.int64, rtol=0.0, atol=0.0).passed
-    assert not compare_tensors(tokens, tokens + 1, dtype=torch.int64, rtol=0.0, atol=0.0).passed
+@pytest.mark.parametrize("reference", [torch.zeros(2, 3), torch.empty(0, 3)])
+def test_zero_reference_is_refused_by_shape(reference: torch.Tensor) -> None:
+    shape = re.escape(str(tuple(reference.shape)))
+    with pytest.raises(ValueError, match=rf"expected has norm 0 .*shape {shape}"):
+        relative_error(torch.ones_like(reference), reference)
 
 
 def test_non_tensors_are_refused_by_name() -> None:
-    with pytest.raises(TypeError, match=r"candidate must be a torch\.Tensor, got list"):
-        compare_tensors(torch.ones(2), [1.0, 1.0])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"expected must be a torch\.Tensor, got list"):
+        relative_error(torch.ones(2), [1.0, 1.0])  # type: ignore[arg-type]
 
 
-def test_no_broadcasting() -> None:
-    expected_message = r"reference has shape \(3,\), candidate has shape \(1, 3\)"
-    with pytest.raises(ValueError, match=expected_message):
-        compare_tensors(torch.ones(3), torch.ones(1, 3))
-
-
-def test_inputs_are_not_modified_and_gradients_are_ignored() -> None:
-    reference = torch.ones(3, requires_grad=True)
-    candidate = torch.full((3,), 2.0)
-    report = compare_tensors(reference, candidate)
-    assert report.max_abs_error == 1.0
-    assert reference.dtype == torch.float32
-    assert torch.equal(candidate, torch.full((3,), 2.0))
-
-
-# --- compare_tensors: properties -----------------------------------------------------------------
+# --- relative_error: properties --------------------------------------------------------------
 
 
 @settings(max_examples=60, deadline=None)
-@given(tensor=tensors(), dtype=st.sampled_from(FLOAT_DTYPES))
-def test_a_tensor_always_matches_itself(tensor: torch.Tensor, dtype: torch.dtype) -> None:
-    tensor = tensor.to(dtype)
-    report = compare_tensors(tensor, tensor.clone())
-    assert report.passed
-    assert report.max_abs_error == 0.0
-    assert report.max_rel_error == 0.0
-    assert report.num_elements == tensor.numel()
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    reference=tensors(),
-    dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]),
-    fraction=st.floats(min_value=-0.9, max_value=0.9),
-)
-def test_perturbation_within_tolerance_passes(
-    reference: torch.Tensor, dtype: torch.dtype, fraction: float
+@given(pair=pairs_of_tensors())
+def test_relative_error_times_reference_norm_is_the_distance(
+    pair: tuple[torch.Tensor, torch.Tensor],
 ) -> None:
-    tolerance = default_tolerance(dtype)
-    bound = tolerance.atol + tolerance.rtol * reference.abs()
-    candidate = reference + fraction * bound
-    report = compare_tensors(reference, candidate, dtype=dtype)
-    assert report.passed, report
-    assert report.max_abs_error <= float(bound.max())
+    actual, expected = pair
+    error = relative_error(actual, expected)
+    distance = math.dist(actual.flatten().tolist(), expected.flatten().tolist())
+    assert error * float(expected.norm()) == pytest.approx(distance, rel=1e-9)
+    assert error >= 0.0
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    reference=tensors(),
-    dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]),
-    factor=st.floats(min_value=1.1, max_value=100.0),
-    sign=st.sampled_from([-1.0, 1.0]),
-    data=st.data(),
-)
-def test_perturbation_beyond_tolerance_fails(
-    reference: torch.Tensor, dtype: torch.dtype, factor: float, sign: float, data: st.DataObject
+@given(expected=tensors(), fraction=st.floats(min_value=-10.0, max_value=10.0))
+def test_scaling_the_reference_by_one_plus_t_gives_abs_t(
+    expected: torch.Tensor, fraction: float
 ) -> None:
-    tolerance = default_tolerance(dtype)
-    index = data.draw(st.integers(min_value=0, max_value=reference.numel() - 1))
-    candidate = reference.clone().flatten()
-    candidate[index] += sign * factor * (tolerance.atol + tolerance.rtol * abs(candidate[index]))
-    report = compare_tensors(reference, candidate.reshape(reference.shape), dtype=dtype)
-    assert not report.passed
-    assert report.num_mismatched == 1
+    assert relative_error(expected * (1 + fraction), expected) == pytest.approx(
+        abs(fraction), rel=1e-9, abs=1e-15
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(pair=pairs_of_tensors(), exponent=st.integers(min_value=-20, max_value=20))
+def test_relative_error_is_scale_invariant(
+    pair: tuple[torch.Tensor, torch.Tensor], exponent: int
+) -> None:
+    actual, expected = pair
+    factor = 2.0**exponent  # a power of two scales exactly in floating point
+    assert relative_error(actual * factor, expected * factor) == pytest.approx(
+        relative_error(actual, expected), rel=1e-12
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(expected=tensors())
+def test_rounding_is_bounded_by_the_unit_roundoff(expected: torch.Tensor) -> None:
+    # Rounding to nearest moves every normal value by at most u |x|, so the ratio is <= u.
+    assert relative_error(expected.float(), expected) <= 2.0**-24
+    assert relative_error(expected.bfloat16(), expected) <= 2.0**-8
 
 
 @settings(max_examples=40, deadline=None)
 @given(first=shapes, second=shapes)
-def test_shape_errors_are_symmetric_and_name_both_shapes(
-    first: tuple[int, ...], second: tuple[int, ...]
-) -> None:
-    if first == second:
-        assert compare_tensors(torch.zeros(first), torch.zeros(second)).passed
-        return
-    messages = []
-    for reference_shape, candidate_shape in ((first, second), (second, first)):
-        with pytest.raises(ValueError, match="shape mismatch") as caught:
-            compare_tensors(torch.zeros(reference_shape), torch.zeros(candidate_shape))
-        assert f"reference has shape {reference_shape}" in str(caught.value)
-        assert f"candidate has shape {candidate_shape}" in str(caught.value)
-        messages.append(str(caught.value))
-    assert messages[0] != messages[1]
+def test_shape_mismatch_names_both_shapes(first: tuple[int, ...], second: tuple[int, ...]) -> None:
+    assume(first != second)
+    with pytest.raises(ValueError, match="shape mismatch") as caught:
+        relative_error(torch.ones(first), torch.ones(second))
+    assert f"actual has shape {first}" in str(caught.value)
+    assert f"expected has shape {second}" in str(caught.value)
 
 
-@settings(max_examples=40, deadline=None)
-@given(reference=tensors(), candidate_noise=tensors())
-def test_errors_are_symmetric_in_absolute_terms(
-    reference: torch.Tensor, candidate_noise: torch.Tensor
-) -> None:
-    if candidate_noise.shape != reference.shape:
-        candidate_noise = torch.zeros_like(reference)
-    candidate = reference + candidate_noise
-    forward = compare_tensors(reference, candidate)
-    backward = compare_tensors(candidate, reference)
-    assert forward.max_abs_error == backward.max_abs_error
-    assert isinstance(forward, ParityReport)
-
-
-# --- the bf16-passes model of TorchTPU's float32 matmuls ----------------------------------------
-
-
-@settings(max_examples=40, deadline=None)
-@given(tensor=tensors(dtype=torch.float32), num_pieces=st.integers(min_value=1, max_value=3))
-def test_bf16_pieces_are_bf16_values(tensor: torch.Tensor, num_pieces: int) -> None:
-    pieces = split_into_bf16(tensor, num_pieces)
-    assert len(pieces) == num_pieces
-    for piece in pieces:
-        assert piece.dtype == torch.float32
-        assert torch.equal(piece, piece.bfloat16().float())
-
-
-def test_three_bf16_pieces_rebuild_a_float32_exactly() -> None:
-    torch.manual_seed(0)
-    tensor = torch.randn(1000)
-    high, middle, low = split_into_bf16(tensor, 3)
-    assert torch.equal(high + middle + low, tensor)
-    assert not torch.equal(high, tensor)
-
-
-def test_split_rejects_bad_piece_count() -> None:
-    with pytest.raises(ValueError, match="num_pieces must be an int >= 1, got 0"):
-        split_into_bf16(torch.ones(2), 0)
+# --- the bf16-passes model of TorchTPU's float32 matmuls ------------------------------------
 
 
 def test_one_pass_equals_rounding_inputs_to_bf16() -> None:
     torch.manual_seed(0)
     left, right = torch.randn(8, 16), torch.randn(16, 4)
     expected = left.bfloat16().float() @ right.bfloat16().float()
-    assert torch.equal(matmul_in_bf16_passes(left, right, 1), expected)
+    with emulate_bf16_matmul_passes():  # the default is TorchTPU's: one pass
+        modelled = left @ right
+    assert torch.equal(modelled, expected)
+    assert not torch.equal(left @ right, expected)
+
+
+@pytest.mark.parametrize("passes", sorted(MATMUL_PASSES))
+def test_passes_sum_the_products_of_bf16_pieces(passes: int) -> None:
+    torch.manual_seed(0)
+    left, right = torch.randn(8, 16), torch.randn(16, 4)
+    left_pieces, right_pieces = [], []
+    for tensor, pieces in ((left, left_pieces), (right, right_pieces)):
+        for _ in range(3):
+            pieces.append(tensor.bfloat16().float())
+            tensor = tensor - pieces[-1]
+    expected = sum(left_pieces[i] @ right_pieces[j] for i, j in MATMUL_PASSES[passes])
+    with emulate_bf16_matmul_passes(passes):
+        modelled = torch.matmul(left, right)
+    assert torch.equal(modelled, expected)
 
 
 def test_more_passes_get_closer_to_float64() -> None:
     torch.manual_seed(0)
     left, right = torch.randn(64, 64), torch.randn(64, 64)
     exact = left.double() @ right.double()
-    errors = [
-        compare_tensors(exact, matmul_in_bf16_passes(left, right, passes).double()).max_abs_error
-        for passes in sorted(MATMUL_PASSES)
-    ]
+    errors = []
+    for passes in sorted(MATMUL_PASSES):
+        with emulate_bf16_matmul_passes(passes):
+            errors.append(relative_error(left @ right, exact))
     assert errors[0] > 100 * errors[1] > 0
     assert errors[1] > 10 * errors[2]
-    float32_error = compare_tensors(exact, (left @ right).double()).max_abs_error
-    assert errors[2] < 4 * float32_error
+    assert errors[0] <= 2.0**-8  # one pass: about one bf16 rounding of the inputs
+    assert errors[2] < 4 * relative_error(left @ right, exact)  # six: float32's own error
 
 
 def test_passes_must_be_one_three_or_six() -> None:
-    with pytest.raises(ValueError, match=r"passes must be one of \[1, 3, 6\], got 2"):
-        matmul_in_bf16_passes(torch.ones(2, 2), torch.ones(2, 2), 2)
-    with pytest.raises(ValueError, match="got 4"), emulate_bf16_matmul_passes(4):
+    expected_message = r"passes must be one of \[1, 3, 6\], got 4"
+    with pytest.raises(ValueError, match=expected_message), emulate_bf16_matmul_passes(4):
         pass
 
 
