@@ -1,7 +1,8 @@
-"""A small training script written for CUDA GPUs only: the "before" of chapter 1.
+"""A small training script for CUDA GPUs only: the "before" of chapter 1.
 
-It stops at once on a machine without a CUDA GPU. `python -m tpuready audit-source` lists
-every line that ties it to CUDA; train_portable.py in this folder is the same script ported.
+It stops at once on a machine without a CUDA GPU.
+`python -m tpuready audit-source` lists every line that ties it to CUDA;
+train_portable.py in this folder is the same script ported.
 """
 
 import torch
@@ -18,7 +19,9 @@ def main() -> None:
     dataset = TensorDataset(features, targets)
     loader = DataLoader(dataset, batch_size=64, shuffle=True, pin_memory=True)
 
-    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1)).cuda()
+    model = nn.Sequential(
+        nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1)
+    ).cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     scaler = torch.cuda.amp.GradScaler()
 
@@ -28,7 +31,9 @@ def main() -> None:
             batch_targets = batch_targets.to("cuda", non_blocking=True)
             optimizer.zero_grad()
             with torch.cuda.amp.autocast():
-                loss = nn.functional.mse_loss(model(batch_features), batch_targets)
+                loss = nn.functional.mse_loss(
+                    model(batch_features), batch_targets
+                )
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
