@@ -2,7 +2,11 @@
 
 One table serves the book twice: chapter 1 (`notebooks/01_device_agnostic_basics.ipynb`)
 renders it for the reader, and the source audit suggests its replacements.
-Facts about TorchTPU come from its 0.2.0 wheel (see the book's setup page).
+For every call the table also says what the same name under `torch.tpu` is in TorchTPU 0.2.0:
+refused with a RuntimeError, in its public API, or not in its public API (where nothing more is
+known, the table says so rather than leave a blank). Facts about TorchTPU come from its 0.2.0
+wheel (see the book's setup page); facts about torch are those of torch 2.13, checked by
+`tests/test_accelerator_api.py`.
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ from dataclasses import dataclass
 
 __all__ = [
     "CUDA_TO_ACCELERATOR",
+    "TORCH_TPU_PUBLIC_NAMES",
     "TORCH_TPU_REFUSED_CALLS",
+    "TORCH_TPU_REFUSED_FROM_TORCH_2_13",
     "AcceleratorEquivalent",
     "equivalent_for",
     "markdown_table",
@@ -34,6 +40,47 @@ TORCH_TPU_REFUSED_CALLS: frozenset[str] = frozenset(
         "get_rng_state",
     }
 )
+TORCH_TPU_REFUSED_FROM_TORCH_2_13: frozenset[str] = frozenset({"initial_seed", "get_rng_state"})
+
+# The public names of `torch.tpu` in TorchTPU 0.2.0, as read from its wheel (the book's
+# reference notes): a name in neither set is not in 0.2.0's public API.
+TORCH_TPU_PUBLIC_NAMES: frozenset[str] = frozenset(
+    {
+        "EagerMode",
+        "eager_mode",
+        "set_eager_mode",
+        "Precision",
+        "precision",
+        "allow_excess_precision",
+        "get_device_name",
+        "get_device_properties",
+        "manual_seed",
+        "manual_seed_all",
+        "set_rng_state",
+        "get_amp_supported_dtype",
+        "Stream",
+        "Event",
+        "stream",
+        "default_stream",
+        "is_initialized",
+        "compiler",
+        "distributed",
+        "ops",
+        "optimizers",
+        "pallas",
+        "profiler",
+    }
+)
+
+# The three things the table can say about `torch.tpu.<same name>`.
+RAISES = "raises RuntimeError"
+PUBLIC = "in 0.2.0's public API"
+NOT_PUBLIC = "not in 0.2.0's public API"
+
+_MEMORY_NOTE = (
+    "needs the backend's allocator statistics; whether TorchTPU 0.2.0 provides them is not "
+    "recorded (its public `torch.tpu.get_device_properties` gives `total_memory`)"
+)
 
 
 @dataclass(frozen=True)
@@ -53,6 +100,15 @@ class AcceleratorEquivalent:
     def refused_by_torch_tpu(self) -> bool:
         """True when `torch.tpu.<name>` raises in TorchTPU 0.2.0 instead of working."""
         return self.name in TORCH_TPU_REFUSED_CALLS
+
+    @property
+    def torch_tpu_status(self) -> str:
+        """What `torch.tpu.<name>` is in TorchTPU 0.2.0: refused, public, or not public."""
+        if self.refused_by_torch_tpu:
+            if self.name in TORCH_TPU_REFUSED_FROM_TORCH_2_13:
+                return f"{RAISES} (on torch >= 2.13)"
+            return RAISES
+        return PUBLIC if self.name in TORCH_TPU_PUBLIC_NAMES else NOT_PUBLIC
 
 
 CUDA_TO_ACCELERATOR: tuple[AcceleratorEquivalent, ...] = (
@@ -83,45 +139,82 @@ CUDA_TO_ACCELERATOR: tuple[AcceleratorEquivalent, ...] = (
         "torch.cuda.Event()", "torch.Event(device=device)", "generic event class"
     ),
     AcceleratorEquivalent(
-        "torch.cuda.manual_seed(s)", "torch.manual_seed(s)", "seeds the CPU and every device"
+        "torch.cuda.manual_seed(s)",
+        "torch.manual_seed(s)",
+        "seeds the CPU and every device; `torch.cuda.manual_seed` seeds the current GPU only",
     ),
-    AcceleratorEquivalent("torch.cuda.manual_seed_all(s)", "torch.manual_seed(s)"),
-    AcceleratorEquivalent("torch.cuda.initial_seed()", "torch.initial_seed()"),
+    AcceleratorEquivalent(
+        "torch.cuda.manual_seed_all(s)", "torch.manual_seed(s)", "also seeds the CPU"
+    ),
+    AcceleratorEquivalent(
+        "torch.cuda.initial_seed()",
+        "torch.initial_seed()",
+        "the CPU generator's seed, which equals every device's after `torch.manual_seed(s)`",
+    ),
     AcceleratorEquivalent(
         "torch.cuda.get_rng_state()",
-        "torch.get_rng_state()",
-        "or torch.random.fork_rng(device_type=device.type) around the code",
+        "torch.get_device_module(device).get_rng_state()",
+        "the device's generator (`torch.get_rng_state()` is the CPU's); `torch.cpu` has no "
+        "`get_rng_state`, so on a CPU call `torch.get_rng_state()`. To restore the state "
+        "around a block, use `torch.random.fork_rng()` without `device_type` (with "
+        '`device_type="cpu"` torch 2.13 raises AttributeError). On TorchTPU 0.2.0 with '
+        "torch >= 2.13 the device's module is `torch.tpu`, whose `get_rng_state` raises: "
+        "seed with `torch.manual_seed(s)` instead of saving the state",
     ),
-    AcceleratorEquivalent("torch.cuda.empty_cache()", "torch.accelerator.empty_cache()"),
-    AcceleratorEquivalent("torch.cuda.memory_allocated()", "torch.accelerator.memory_allocated()"),
     AcceleratorEquivalent(
-        "torch.cuda.max_memory_allocated()", "torch.accelerator.max_memory_allocated()"
+        "torch.cuda.empty_cache()", "torch.accelerator.empty_cache()", _MEMORY_NOTE
     ),
     AcceleratorEquivalent(
-        "torch.cuda.reset_peak_memory_stats()", "torch.accelerator.reset_peak_memory_stats()"
+        "torch.cuda.memory_allocated()", "torch.accelerator.memory_allocated()", _MEMORY_NOTE
     ),
-    AcceleratorEquivalent("torch.cuda.memory_stats()", "torch.accelerator.memory_stats()"),
-    AcceleratorEquivalent("torch.cuda.memory_reserved()", "torch.accelerator.memory_reserved()"),
     AcceleratorEquivalent(
-        "torch.cuda.max_memory_reserved()", "torch.accelerator.max_memory_reserved()"
+        "torch.cuda.max_memory_allocated()",
+        "torch.accelerator.max_memory_allocated()",
+        _MEMORY_NOTE,
+    ),
+    AcceleratorEquivalent(
+        "torch.cuda.reset_peak_memory_stats()",
+        "torch.accelerator.reset_peak_memory_stats()",
+        _MEMORY_NOTE,
+    ),
+    AcceleratorEquivalent(
+        "torch.cuda.memory_stats()", "torch.accelerator.memory_stats()", _MEMORY_NOTE
+    ),
+    AcceleratorEquivalent(
+        "torch.cuda.memory_reserved()", "torch.accelerator.memory_reserved()", _MEMORY_NOTE
+    ),
+    AcceleratorEquivalent(
+        "torch.cuda.max_memory_reserved()",
+        "torch.accelerator.max_memory_reserved()",
+        _MEMORY_NOTE,
     ),
     AcceleratorEquivalent(
         "torch.cuda.reset_accumulated_memory_stats()",
         "torch.accelerator.reset_accumulated_memory_stats()",
+        _MEMORY_NOTE,
     ),
     AcceleratorEquivalent(
-        "torch.cuda.mem_get_info()", "torch.accelerator.get_memory_info()", "(free, total) bytes"
+        "torch.cuda.mem_get_info()",
+        "torch.accelerator.get_memory_info()",
+        "(free, total) bytes; " + _MEMORY_NOTE,
     ),
     AcceleratorEquivalent(
-        "torch.cuda.OutOfMemoryError", "torch.OutOfMemoryError", "raised by every backend"
+        "torch.cuda.OutOfMemoryError",
+        "torch.OutOfMemoryError",
+        "`torch.cuda.OutOfMemoryError` is this same class; which error TorchTPU 0.2.0 raises "
+        "when HBM runs out is not recorded",
     ),
     AcceleratorEquivalent(
-        "torch.cuda.get_device_capability()", "torch.accelerator.get_device_capability()"
+        "torch.cuda.get_device_capability()",
+        "torch.accelerator.get_device_capability()",
+        "in torch 2.13 it returns a dict (`supported_dtypes`), not CUDA's (major, minor); no "
+        "portable call gives a compute capability. TorchTPU 0.2.0 has "
+        "`torch.tpu.get_device_properties` (name, total_memory)",
     ),
     AcceleratorEquivalent(
         "torch.cuda.amp.autocast()",
         "torch.amp.autocast(device_type=device.type, dtype=torch.bfloat16)",
-        "torch.cuda.amp is deprecated; on TorchTPU autocast defaults to bfloat16",
+        "`torch.cuda.amp` is deprecated; on TorchTPU autocast defaults to bfloat16",
     ),
     AcceleratorEquivalent(
         "torch.cuda.amp.custom_fwd", "torch.amp.custom_fwd(device_type=device.type)"
@@ -132,7 +225,7 @@ CUDA_TO_ACCELERATOR: tuple[AcceleratorEquivalent, ...] = (
     AcceleratorEquivalent(
         "torch.cuda.amp.GradScaler()",
         "torch.amp.GradScaler(device.type)",
-        "bfloat16 needs no loss scaling",
+        "loss scaling is for float16; bfloat16 needs none",
     ),
 )
 
@@ -152,13 +245,34 @@ def equivalent_for(cuda_attribute: str) -> AcceleratorEquivalent | None:
     return _BY_NAME.get(cuda_attribute.removeprefix("torch.cuda."))
 
 
+def _sentence(note: str) -> str:
+    """A note as a sentence: a plain first word capitalised (never a name such as
+    `torch.cuda.amp`), and a full stop."""
+    first_word = note.split(" ", 1)[0]
+    if first_word.isalpha() and first_word.islower():
+        note = note[0].upper() + note[1:]
+    return note + "."
+
+
 def markdown_table() -> str:
-    """The table as Markdown, with a column marking the calls TorchTPU 0.2.0 refuses."""
+    """The table as Markdown: each CUDA-only call with its portable spelling and what
+    `torch.tpu.<same name>` is in TorchTPU 0.2.0, then the notes, numbered.
+
+    Two columns, not four, so that the table fits the book's text column at 1280 px: the
+    widest cell is one code span, and the notes wrap as prose under the table."""
+    note_numbers: dict[str, int] = {}
+    for entry in CUDA_TO_ACCELERATOR:
+        if entry.note:
+            note_numbers.setdefault(entry.note, len(note_numbers) + 1)
     lines = [
-        "| CUDA-only call | Device-agnostic call | `torch.tpu.<same>` in TorchTPU 0.2.0 | Note |",
-        "|---|---|---|---|",
+        "| CUDA-only call → portable call | The same call under `torch.tpu` in TorchTPU 0.2.0 |",
+        "|---|---|",
     ]
     for entry in CUDA_TO_ACCELERATOR:
-        refused = "raises RuntimeError" if entry.refused_by_torch_tpu else ""
-        lines.append(f"| `{entry.cuda_call}` | `{entry.replacement}` | {refused} | {entry.note} |")
+        marker = f" (note\N{NO-BREAK SPACE}{note_numbers[entry.note]})" if entry.note else ""
+        lines.append(
+            f"| `{entry.cuda_call}` → `{entry.replacement}`{marker} | {entry.torch_tpu_status} |"
+        )
+    lines += ["", "Notes:", ""]
+    lines += [f"{number}. {_sentence(note)}" for note, number in note_numbers.items()]
     return "\n".join(lines)

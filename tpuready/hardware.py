@@ -1,8 +1,9 @@
 """Accelerator figures the whole book quotes: one table, every figure with its vendor source.
 
-The reference page `notebooks/reference_hardware.ipynb` ("Hardware figures") renders this table,
-and every chapter that quotes a peak FLOP/s, an HBM size or a bandwidth takes it from here, so the
-book and the code never drift. Figures come from the vendors' own pages (Google Cloud TPU
+The reference page `notebooks/reference_hardware.ipynb` ("Hardware figures") renders this table.
+Part I's chapters quote none of these figures; the chapters of Parts II and III (sharding, shape
+tuning, rooflines) are to take every peak FLOP/s, HBM size and bandwidth from here, so the book
+and the code never drift. Figures come from the vendors' own pages (Google Cloud TPU
 documentation, NVIDIA product pages), date retrieved: 2026-12. Each figure carries the URL it came
 from; where a page is ambiguous or a figure is derived, a note says so.
 
@@ -10,8 +11,13 @@ Units: every figure is stored in base SI units and the unit is in the field name
 (`peak_bf16_flops_per_second`, `hbm_bytes`, `hbm_bytes_per_second`,
 `interconnect_bytes_per_second`), so no figure can silently live in TFLOP/s or GB/s. Capacities
 keep the unit the vendor states (`hbm_capacity_unit`, "GB" = 10**9 bytes or "GiB" = 2**30 bytes)
-and are converted exactly. Peaks are dense (no 2:4 sparsity), per chip; `per_device_*` divides by
-the number of devices a framework sees per chip (2 on TPU v7, 1 elsewhere).
+and are converted exactly. Peaks are dense (no 2:4 sparsity), per chip.
+
+Per-device figures are derived, not stated by a vendor: `per_device_*` divides a per-chip figure
+by the number of devices a framework sees per chip (2 on TPU v7, 1 elsewhere). For HBM capacity
+Google states the split (each TPU v7 chiplet owns half the HBM); for HBM bandwidth no vendor
+figure per device exists, so `per_device_hbm_bytes_per_second_even_split` assumes an even split
+between the devices of a chip, and its name says so.
 """
 
 from __future__ import annotations
@@ -165,17 +171,19 @@ class Chip:
 
     @property
     def per_device_peak_bf16_flops_per_second(self) -> float:
-        """Peak bf16 FLOP/s of one framework device (a TensorCore on TPU v7, the chip elsewhere)."""
+        """Derived: the chip's peak bf16 FLOP/s over its devices (a TensorCore on TPU v7, the
+        chip elsewhere), since each device has its own matrix units."""
         return self.peak_bf16_flops_per_second / self.devices_per_chip
 
     @property
     def per_device_hbm_bytes(self) -> int:
-        """HBM bytes of one framework device (v7: each chiplet owns half the chip's HBM)."""
+        """Derived: the chip's HBM bytes over its devices (v7: each chiplet owns half)."""
         return self.hbm_bytes // self.devices_per_chip
 
     @property
-    def per_device_hbm_bytes_per_second(self) -> float:
-        """HBM bandwidth of one framework device, assuming an even split between devices."""
+    def per_device_hbm_bytes_per_second_even_split(self) -> float:
+        """Derived, not a vendor figure: the chip's HBM bandwidth split evenly between its
+        devices, an assumption that matches each device owning an equal share of the HBM."""
         return self.hbm_bytes_per_second / self.devices_per_chip
 
 
@@ -620,22 +628,25 @@ def _sources_line(chip: Chip) -> str:
     return f"- **{chip.name}**: {links}"
 
 
+_NBSP = "\N{NO-BREAK SPACE}"  # keeps "192 GiB" on one line in a narrow column
+
+
 def markdown_table(chips: tuple[Chip, ...] | None = None) -> str:
     """The table in human units (TFLOP/s, GB or GiB as the vendor states, GB/s) and its sources."""
     chips = CHIPS if chips is None else chips
     header = (
-        "| Chip | Configuration | bf16 dense (TFLOP/s) | HBM | HBM (GB/s) "
-        "| Interconnect, both ways (GB/s) | MXU | Chips per pod | Ridge (FLOP/byte) |"
+        "| Chip | bf16 dense (TFLOP/s) | HBM | HBM (GB/s) | ICI or NVLink, both ways (GB/s) "
+        "| MXU | Chips per pod | Ridge (FLOP/ byte) |"
     )
-    lines = [header, "|" + "---|" * 9]
+    lines = [header, "|" + "---|" * 8]
     for chip in chips:
         matrix_unit = (
             "—" if chip.matrix_unit_shape is None else "x".join(map(str, chip.matrix_unit_shape))
         )
         lines.append(
-            f"| {chip.name} | {chip.configuration} "
+            f"| {chip.name} ({chip.configuration}) "
             f"| {_trimmed(chip.peak_bf16_flops_per_second / 1e12)} "
-            f"| {_trimmed(chip.hbm_capacity_in_stated_unit)} {chip.hbm_capacity_unit} "
+            f"| {_trimmed(chip.hbm_capacity_in_stated_unit)}{_NBSP}{chip.hbm_capacity_unit} "
             f"| {_trimmed(chip.hbm_bytes_per_second / 1e9)} "
             f"| {_interconnect_cell(chip)} | {matrix_unit} | {_optional(chip.chips_per_pod)} "
             f"| {chip.ridge_point_flops_per_byte:,.0f} |"
