@@ -5,10 +5,14 @@ Each takes `(rank, world_size, ...)` as `tpuready.launch.run_workers` passes the
 
 from __future__ import annotations
 
+import gc
+import multiprocessing.connection
 import os
+import struct
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import psutil  # installed with ipykernel
 import torch
@@ -71,6 +75,30 @@ def hang_on_some_ranks(rank: int, world_size: int, hanging_ranks: list[int]) -> 
     if rank in hanging_ranks:
         time.sleep(3600)
     return rank
+
+
+def report_pid_and_sleep(rank: int, world_size: int, pid_dir: str) -> int:
+    """Write this rank's process id to `pid_dir/rank<N>`, then sleep far past any test."""
+    path = Path(pid_dir, f"rank{rank}")
+    path.with_suffix(".part").write_text(str(os.getpid()))
+    path.with_suffix(".part").rename(path)  # the file appears whole or not at all
+    time.sleep(3600)
+    return rank
+
+
+def die_mid_message(rank: int, world_size: int) -> int:
+    """Send the caller the first bytes of a message on the result pipe, then die (code 5).
+
+    The pipe is the only open `multiprocessing.connection.Connection` in a rank. The header
+    announces 1000 bytes and 7 follow, so the caller's `recv` ends mid-message (OSError).
+    """
+    (connection,) = [
+        item
+        for item in gc.get_objects()
+        if isinstance(item, multiprocessing.connection.Connection) and not item.closed
+    ]
+    os.write(connection.fileno(), struct.pack("!i", 1000) + b"partial")
+    os._exit(5)
 
 
 def return_unpicklable(rank: int, world_size: int) -> object:

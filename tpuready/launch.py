@@ -18,7 +18,13 @@ What it guarantees, and why:
   that take too long raise `WorkersTimedOutError`, which names them. Two clocks run: one for
   start-up (importing torch and joining the group takes 2-4 s per rank, far more on a busy
   laptop) and one for the worker itself, started once every rank has joined.
-  Either way every process is ended and reaped, and the log files are deleted.
+  Either way every process is ended and reaped.
+- Nothing outlives the caller, even one killed with SIGKILL (or SIGTERM, whose default
+  handler skips `finally`): each rank watches its parent and exits the moment the parent
+  is gone, and the logs are files without a name on disk (unlinked when created), so the
+  system frees them once the last process holding them ends.
+- A rank that dies, cleanly or halfway through sending its result, is reported the same
+  way: which rank, its exit code, and the last lines of its log.
 """
 
 from __future__ import annotations
@@ -31,19 +37,24 @@ import pickle
 import socket
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from pathlib import Path
+from multiprocessing.reduction import DupFd
 from typing import Any
 
 __all__ = ["WorkerCrashedError", "WorkersTimedOutError", "run_workers"]
 
 LOOPBACK_ADDRESS = "127.0.0.1"
 LOG_TAIL_LINES = 20
+LOG_TAIL_BYTES = 64 * 1024
+# A rank whose caller is gone checks this often, and exits with this code.
+PARENT_CHECK_SECONDS = 1.0
+PARENT_GONE_EXIT_CODE = 1
 # After `terminate` (SIGTERM) a process gets this long to exit before `kill` (SIGKILL).
 STOP_GRACE_SECONDS = 5.0
 
@@ -103,15 +114,13 @@ def run_workers(
     context = multiprocessing.get_context("spawn")
     processes: list[BaseProcess] = []
     connections: dict[Connection, int] = {}
-    with (
-        tempfile.TemporaryDirectory(prefix="tpuready-launch-") as log_dir,
-        socket.socket(socket.AF_INET, socket.SOCK_STREAM) as store_socket,
-    ):
+    logs: list[_LogFile] = []
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as store_socket:
         # Port 0 lets the system pick a free port; holding the bound socket until rank 0
         # takes it over means no other program can grab the port in between.
         store_socket.bind((LOOPBACK_ADDRESS, 0))
-        log_paths = [Path(log_dir, f"rank{rank}.log") for rank in range(world_size)]
         try:
+            logs.extend(_LogFile.create() for _ in range(world_size))
             for rank in range(world_size):
                 parent_end, child_end = context.Pipe()
                 process = context.Process(
@@ -119,7 +128,7 @@ def run_workers(
                     args=(rank, world_size, store_socket.getsockname()[1], group_timeout_seconds),
                     kwargs={
                         "connection": child_end,
-                        "log_path": log_paths[rank],
+                        "log": logs[rank],
                         "payload": payload,
                         "store_socket": store_socket if rank == 0 else None,
                     },
@@ -130,7 +139,7 @@ def run_workers(
                 processes.append(process)
                 connections[parent_end] = rank
             results = _collect_results(
-                connections, processes, log_paths, timeout_seconds, startup_timeout_seconds
+                connections, processes, logs, timeout_seconds, startup_timeout_seconds
             )
             exit_deadline = time.monotonic() + STOP_GRACE_SECONDS
             for process in processes:  # every rank has reported: let them exit on their own
@@ -140,6 +149,8 @@ def run_workers(
             _stop(processes)
             for connection in connections:
                 connection.close()
+            for log in logs:
+                log.close()
 
 
 def _check_seconds(name: str, value: object) -> None:
@@ -179,7 +190,7 @@ def _check_importable(worker: Callable[..., Any]) -> None:
 def _collect_results(
     connections: dict[Connection, int],
     processes: list[BaseProcess],
-    log_paths: list[Path],
+    logs: list[_LogFile],
     timeout_seconds: float,
     startup_timeout_seconds: float,
 ) -> list[Any]:
@@ -200,7 +211,7 @@ def _collect_results(
                 joined,
                 sorted(pending.values()),
                 world_size,
-                log_paths,
+                logs,
                 timeout_seconds,
                 startup_timeout_seconds,
             )
@@ -209,8 +220,13 @@ def _collect_results(
             rank = pending[connection]
             try:
                 kind, value = connection.recv()
-            except EOFError:  # the process died without a word (killed, os._exit, segfault)
+            except (EOFError, OSError):
+                # The process died without a word (killed, os._exit, segfault), or halfway
+                # through a message (the pipe ends mid-message: OSError). Same report either way.
                 kind, value = "error", None
+            except Exception as error:  # a whole message that cannot be unpickled here
+                summary = f"the caller could not unpickle its message: {type(error).__name__}"
+                kind, value = "error", (f"{summary}: {error}", traceback.format_exc())
             if kind == "joined":
                 joined.add(rank)
                 if len(joined) == world_size:  # everyone is in: the worker's clock starts
@@ -221,7 +237,7 @@ def _collect_results(
             else:
                 failures.append((rank, value))
         if failures:
-            raise _crashed(failures, joined, processes, log_paths)
+            raise _crashed(failures, joined, processes, logs)
     return results
 
 
@@ -229,7 +245,7 @@ def _timed_out(
     joined: set[int],
     unfinished_ranks: list[int],
     world_size: int,
-    log_paths: list[Path],
+    logs: list[_LogFile],
     timeout_seconds: float,
     startup_timeout_seconds: float,
 ) -> WorkersTimedOutError:
@@ -247,7 +263,7 @@ def _timed_out(
             "Look for a collective that not every rank reaches, or raise timeout_seconds."
         )
     tails = "".join(
-        f"\nLast lines of rank {rank}'s output:\n{_tail(log_paths[rank])}" for rank in hung_ranks
+        f"\nLast lines of rank {rank}'s output:\n{logs[rank].tail()}" for rank in hung_ranks
     )
     return WorkersTimedOutError(
         f"rank(s) {hung_ranks} of {world_size} {problem}{tails}", hung_ranks
@@ -258,7 +274,7 @@ def _crashed(
     failures: list[tuple[int, tuple[str, str] | None]],
     joined: set[int],
     processes: list[BaseProcess],
-    log_paths: list[Path],
+    logs: list[_LogFile],
 ) -> WorkerCrashedError:
     """Stop every rank, then build the error for the failure that came first.
 
@@ -276,7 +292,7 @@ def _crashed(
         remote_traceback = "(no traceback: the process ended without reporting)\n"
     else:
         summary, remote_traceback = error
-    log_tail = _tail(log_paths[rank])
+    log_tail = logs[rank].tail()
     return WorkerCrashedError(
         f"rank {rank} of {len(processes)} failed: {summary}\n"
         f"The other ranks were stopped.\n"
@@ -301,15 +317,71 @@ def _stop(processes: list[BaseProcess]) -> None:
             process.join()
 
 
-def _tail(log_path: Path) -> str:
-    """The last lines a rank wrote to its log, or a note that it wrote nothing."""
-    try:
-        lines = log_path.read_text(errors="replace").splitlines()
-    except FileNotFoundError:
-        lines = []
-    if not lines:
-        return "(nothing)\n"
-    return "\n".join(lines[-LOG_TAIL_LINES:]) + "\n"
+class _LogFile:
+    """A rank's log: a file with no name on disk, which the caller and the rank share by fd.
+
+    Nothing to delete afterwards, and nothing left behind if the caller is killed: the
+    system frees the file when the last process holding it ends.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    @classmethod
+    def create(cls) -> _LogFile:
+        """A new empty log in the temporary folder, unlinked from the start."""
+        # On Linux TemporaryFile opens with O_TMPFILE (never named); elsewhere it unlinks
+        # the name at once.
+        with tempfile.TemporaryFile(prefix="tpuready-rank-") as file:
+            return cls(os.dup(file.fileno()))
+
+    def __reduce__(self) -> tuple[Callable[..., _LogFile], tuple[Any]]:
+        # Pickled while `spawn` starts a rank: DupFd hands the descriptor to the child.
+        return _inherit_log, (DupFd(self.fd),)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def tail(self) -> str:
+        """The last lines the rank wrote, or a note that it wrote nothing."""
+        size = os.fstat(self.fd).st_size
+        start = max(size - LOG_TAIL_BYTES, 0)
+        # pread leaves the offset the rank writes at untouched.
+        lines = os.pread(self.fd, size - start, start).decode(errors="replace").splitlines()
+        if start > 0:
+            lines = lines[1:]  # the first line read may be cut
+        if not lines:
+            return "(nothing)\n"
+        return "\n".join(lines[-LOG_TAIL_LINES:]) + "\n"
+
+
+def _inherit_log(duplicate: Any) -> _LogFile:
+    """Rebuild a `_LogFile` in the rank from the descriptor `spawn` passed to it."""
+    return _LogFile(duplicate.detach())
+
+
+def _exit_with_parent() -> None:
+    """End this rank as soon as the process that launched it is gone, however it ended.
+
+    A daemon thread waits on the parent's sentinel (a pipe that reaches end-of-file when the
+    parent dies) and, once a second, checks that the parent is still this process's parent.
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None:  # not started by multiprocessing: nothing to watch
+        return
+    sentinel, parent_id = parent.sentinel, parent.pid
+
+    def watch() -> None:
+        while os.getppid() == parent_id:
+            if wait([sentinel], timeout=PARENT_CHECK_SECONDS):
+                try:
+                    if os.read(sentinel, 4096) == b"":  # end of file: the parent is gone
+                        break
+                except OSError:
+                    break
+        os._exit(PARENT_GONE_EXIT_CODE)
+
+    threading.Thread(target=watch, name="tpuready-parent-watch", daemon=True).start()
 
 
 def _loopback_interface() -> str | None:
@@ -325,19 +397,19 @@ def _run_rank(
     group_timeout_seconds: float,
     *,
     connection: Connection,
-    log_path: Path,
+    log: _LogFile,
     payload: bytes,
     store_socket: socket.socket | None,
 ) -> None:
     """The body of each spawned process: silence it, join the group, run the worker, report."""
+    _exit_with_parent()
     # First of all, send this process's stdout and stderr (Python's and C++'s: warnings,
     # prints, gloo logs) to its log file, so that nothing reaches the caller's screen.
     sys.stdout.flush()
     sys.stderr.flush()
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    os.close(log_fd)
+    os.dup2(log.fd, 1)
+    os.dup2(log.fd, 2)
+    log.close()
     os.environ.update(
         MASTER_ADDR=LOOPBACK_ADDRESS,
         MASTER_PORT=str(master_port),
