@@ -1,0 +1,213 @@
+"""Open chapter 1 in Jupyter Lab, as a workshop participant does, and check what they see.
+
+Starts a Jupyter Lab server on 127.0.0.1 (a free port, a token, `--allow-root` for containers),
+serving a copy of the notebook so the repository is never written, and drives Debian's
+Chromium through playwright. `jupyterlab-myst` (pinned in requirements.txt) must render the
+book's MyST: every `{exercise}` prompt shows its title, no directive shows as a raw block, and
+every solution cell (`jupyter.source_hidden`) opens collapsed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from conftest import NOTEBOOK_DIR, read_notebook
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+NOTEBOOK = NOTEBOOK_DIR / "01_device_agnostic_basics.ipynb"
+STARTUP_TIMEOUT_SECONDS = 60.0
+RENDER_TIMEOUT_MS = 60_000
+EXERCISE_DIRECTIVE = re.compile(
+    r"^```\{exercise\}\s*(?P<title>.+?)\s*\n:label:\s*(?P<label>\S+)", re.MULTILINE
+)
+# Text that only appears when Lab shows MyST source instead of rendering it.
+RAW_MYST = re.compile(r"```\{|^:(label|class):", re.MULTILINE)
+RENDERED_MARKDOWN = ".myst, .jp-RenderedMarkdown"
+
+
+def exercises(notebook: Path) -> list[tuple[str, str]]:
+    """(title, label) of every `{exercise}` directive in the notebook, in order."""
+    found = []
+    for cell in read_notebook(notebook).cells:
+        if cell.cell_type == "markdown":
+            found += [(m["title"], m["label"]) for m in EXERCISE_DIRECTIVE.finditer(cell.source)]
+    return found
+
+
+def solution_cell_indices(notebook: Path) -> list[int]:
+    """Positions of the cells tagged `solution` (the ones Lab must open collapsed)."""
+    cells = read_notebook(notebook).cells
+    return [i for i, cell in enumerate(cells) if "solution" in cell.metadata.get("tags", [])]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Jupyter Lab server on 127.0.0.1 serving a copy of chapter 1; yields its notebook URL."""
+    home = tmp_path_factory.mktemp("lab")
+    root = home / "notebooks"
+    root.mkdir()
+    shutil.copy2(NOTEBOOK, root / NOTEBOOK.name)
+    port, token = _free_port(), secrets.token_hex(16)
+    # Lab's own state (config, runtime files, workspaces, settings) stays in the temporary
+    # folder. The settings turn off autosave and the news prompt (the test only reads), and
+    # windowing: Lab then attaches every cell at once instead of as a reader scrolls to it,
+    # through the same renderers.
+    settings = home / "settings"
+    for plugin, values in {
+        "@jupyterlab/docmanager-extension/plugin": '{"autosave": false}',
+        "@jupyterlab/apputils-extension/notification": '{"fetchNews": "false"}',
+        "@jupyterlab/notebook-extension/tracker": '{"windowingMode": "none"}',
+    }.items():
+        path = settings / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(values, encoding="utf-8")
+    env = dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(home / "config"),
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        JUPYTER_PLATFORM_DIRS="1",
+    )
+    log_path = home / "lab.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                "--allow-root",
+                "--ip=127.0.0.1",
+                f"--port={port}",
+                "--port-retries=0",
+                f"--IdentityProvider.token={token}",
+                f"--ServerApp.root_dir={root}",
+                f"--LabApp.workspaces_dir={home / 'workspaces'}",
+                f"--LabApp.user_settings_dir={settings}",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"Jupyter Lab exited with {server.returncode}:\n{log_path.read_text()}")
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2):
+                    break
+            except (urllib.error.URLError, OSError):
+                if time.monotonic() > deadline:
+                    pytest.fail(
+                        f"Jupyter Lab did not answer within {STARTUP_TIMEOUT_SECONDS:.0f} s:\n"
+                        + log_path.read_text()
+                    )
+                time.sleep(0.25)
+        yield f"{base}/lab/tree/{NOTEBOOK.name}?token={token}"
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def lab_page(lab_url: str) -> Iterator[object]:
+    """Chapter 1 open in Lab in Chromium, with every markdown cell rendered."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"Chromium not found at {CHROMIUM}: run `make chromium` (as root) first")
+    from playwright.sync_api import sync_playwright
+
+    lab_host = urlparse(lab_url).netloc
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"],
+        )
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        external: list[str] = []
+
+        def route(route_request) -> None:
+            url = route_request.request.url
+            if urlparse(url).netloc == lab_host or url.startswith("data:"):
+                route_request.continue_()
+            else:
+                external.append(url)
+                route_request.abort()
+
+        page.route("**/*", route)
+        page.goto(lab_url, wait_until="load")
+        page.wait_for_selector(".jp-Notebook .jp-MarkdownCell", timeout=RENDER_TIMEOUT_MS)
+        # Wait until every markdown cell shows its rendering: jupyterlab-myst's (`.myst`) or,
+        # were the extension missing, Lab's plain CommonMark one, which the tests then reject.
+        page.wait_for_function(
+            "() => Array.from(document.querySelectorAll('.jp-Notebook .jp-MarkdownCell'))"
+            f".every(cell => cell.querySelector('{RENDERED_MARKDOWN}'))",
+            timeout=RENDER_TIMEOUT_MS,
+        )
+        yield page
+        browser.close()
+        assert external == [], f"Lab asked for non-loopback URLs: {external}"
+
+
+def test_chapter_1_has_exercises_and_solutions_to_check() -> None:
+    """Guards the tests below against passing vacuously on a notebook with no exercises."""
+    assert exercises(NOTEBOOK), f"no {{exercise}} directive with a :label: in {NOTEBOOK.name}"
+    assert solution_cell_indices(NOTEBOOK), f"no cell tagged 'solution' in {NOTEBOOK.name}"
+
+
+def test_lab_renders_every_exercise_title(lab_page) -> None:
+    boxes = lab_page.locator(".jp-Notebook aside.myst-exercise")
+    titles = [
+        " ".join(text.split()) for text in boxes.locator(".myst-exercise-title").all_inner_texts()
+    ]
+    labels = boxes.evaluate_all("boxes => boxes.map(box => box.id)")
+    expected = exercises(NOTEBOOK)
+    assert len(titles) == len(expected), f"rendered exercise titles: {titles}"
+    assert labels == [label for _, label in expected]
+    for title, (wanted, _) in zip(titles, expected, strict=True):
+        assert re.fullmatch(rf"Exercise \d+ \({re.escape(wanted)}\)", title), (title, wanted)
+
+
+def test_lab_shows_no_raw_myst_directive(lab_page) -> None:
+    rendered = lab_page.locator(".jp-Notebook .jp-MarkdownCell").locator(RENDERED_MARKDOWN)
+    rendered = rendered.all_inner_texts()
+    raw = [text[:200] for text in rendered if RAW_MYST.search(text)]
+    assert raw == []
+    assert lab_page.locator(".jp-Notebook aside.myst-admonition").count() > 0, (
+        "no admonition (Takeaway box) rendered"
+    )
+
+
+def test_lab_opens_every_solution_collapsed(lab_page) -> None:
+    cells = lab_page.locator(".jp-Notebook .jp-Notebook-cell")
+    assert cells.count() == len(read_notebook(NOTEBOOK).cells), "Lab did not attach every cell"
+    for index in solution_cell_indices(NOTEBOOK):
+        cell = cells.nth(index)
+        assert "jp-CodeCell" in (cell.get_attribute("class") or ""), index
+        assert cell.locator(".jp-InputPlaceholder").count() == 1, f"cell {index} is not collapsed"
+        assert cell.locator(".jp-InputArea .cm-editor").count() == 0, f"cell {index} shows code"
