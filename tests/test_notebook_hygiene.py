@@ -191,19 +191,23 @@ def prose_of(markdown: str) -> str:
     """The reader-visible prose of a markdown cell, without code, math, links and glue roles."""
     kept: list[str] = []
     code_fence: str | None = None
+    directive_fences: list[str] = []  # open directives, innermost last: their body is prose
     for line in markdown.splitlines():
         stripped = line.strip()
         fence = FENCE.match(stripped)
         if code_fence is not None:
-            if fence and stripped.startswith(code_fence) and not fence.group(2).strip():
+            if fence and fence.group(1) == code_fence and not fence.group(2).strip():
                 code_fence = None
             continue
         if fence:
             info = fence.group(2).strip()
             if info.startswith("{") or (fence.group(1).startswith(":") and info):
+                directive_fences.append(fence.group(1))
                 kept.append(re.sub(r"^\{[\w:-]+\}", "", info))  # a directive: keep its title
-            elif info or fence.group(1).startswith("`") or fence.group(1).startswith("~"):
-                code_fence = fence.group(1)[0] * len(fence.group(1))
+            elif not info and directive_fences and fence.group(1) == directive_fences[-1]:
+                directive_fences.pop()
+            else:
+                code_fence = fence.group(1)
             continue
         if re.match(r"^:[\w-]+:", stripped) or re.match(r"^\(.+\)=$", stripped):
             continue  # directive options (`:label: ch01-x`) and targets
@@ -254,6 +258,7 @@ def unglued_numbers(markdown: str) -> list[str]:
         ("```{exercise} Port 1 script\n:label: ch01-port\nDo 3 things in 5 s\n```", ["5 s"]),
         ("## 4. Measure\n1. First\n2. Second with 128 tiles", ["128"]),
         ("a loss near 4e-5", ["4e-5"]),
+        ("````{admonition} Takeaway\n```python\nx = 99\n```\n````\nthen 77 steps", ["77"]),
     ],
 )
 def test_unglued_numbers_finds_results_not_names(markdown: str, expected: list[str]) -> None:
