@@ -376,6 +376,8 @@ class TestExercises:
                     continue
                 assert tags_of(cell) >= SOLUTION_TAGS, f"{label}: tags {SOLUTION_TAGS}"
                 assert cell.metadata.get("jupyter", {}).get("source_hidden") is True, label
+                # Lab shows a collapsed cell's first line: let it warn, not give the answer.
+                assert cell.source.startswith("# Solution"), f"{label}: {cell.source[:40]!r}"
                 assert "code_prompt_show" in cell.metadata.get("mystnb", {}), label
 
     def test_check_cells_grade_the_names_the_prompt_gave(self, path: Path) -> None:
