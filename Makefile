@@ -82,7 +82,8 @@ lint: venv
 	$(VENV)/bin/ruff check notebooks
 
 unit: venv
-	$(NOTEBOOK_ENV) $(VENV)/bin/pytest -n 2 tests -m "not browser"
+	$(NOTEBOOK_ENV) $(VENV)/bin/pytest -n 2 tests --ignore=tests/test_site.py \
+	  --ignore=tests/test_lab.py
 
 nbval: venv
 	$(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) -m pytest -n 2 --dist loadfile -p no:randomly $(NBVAL_FLAGS) \
@@ -90,7 +91,7 @@ nbval: venv
 
 # The browser checks: the built site (tests/test_site.py) and Jupyter Lab (tests/test_lab.py).
 site: venv chromium
-	$(VENV)/bin/pytest -m browser tests/test_site.py tests/test_lab.py
+	$(VENV)/bin/pytest tests/test_site.py tests/test_lab.py
 
 notebooks: venv
 	$(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) scripts/notebooks.py execute $(if $(FRESH),--fresh) $(NB)

@@ -28,7 +28,6 @@ from conftest import NOTEBOOK_DIR, read_notebook
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 NOTEBOOK = NOTEBOOK_DIR / "01_device_agnostic_basics.ipynb"
 STARTUP_TIMEOUT_SECONDS = 60.0
 RENDER_TIMEOUT_MS = 60_000
@@ -136,42 +135,33 @@ def lab_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def lab_page(lab_url: str) -> Iterator[object]:
+def lab_page(lab_url: str, browser) -> Iterator[object]:
     """Chapter 1 open in Lab in Chromium, with every markdown cell rendered."""
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"Chromium not found at {CHROMIUM}: run `make chromium` (as root) first")
-    from playwright.sync_api import sync_playwright
-
     lab_host = urlparse(lab_url).netloc
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"],
-        )
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        external: list[str] = []
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    external: list[str] = []
 
-        def route(route_request) -> None:
-            url = route_request.request.url
-            if urlparse(url).netloc == lab_host or url.startswith("data:"):
-                route_request.continue_()
-            else:
-                external.append(url)
-                route_request.abort()
+    def route(route_request) -> None:
+        url = route_request.request.url
+        if urlparse(url).netloc == lab_host or url.startswith("data:"):
+            route_request.continue_()
+        else:
+            external.append(url)
+            route_request.abort()
 
-        page.route("**/*", route)
-        page.goto(lab_url, wait_until="load")
-        page.wait_for_selector(".jp-Notebook .jp-MarkdownCell", timeout=RENDER_TIMEOUT_MS)
-        # Wait until every markdown cell shows its rendering: jupyterlab-myst's (`.myst`) or,
-        # were the extension missing, Lab's plain CommonMark one, which the tests then reject.
-        page.wait_for_function(
-            "() => Array.from(document.querySelectorAll('.jp-Notebook .jp-MarkdownCell'))"
-            f".every(cell => cell.querySelector('{RENDERED_MARKDOWN}'))",
-            timeout=RENDER_TIMEOUT_MS,
-        )
-        yield page
-        browser.close()
-        assert external == [], f"Lab asked for non-loopback URLs: {external}"
+    page.route("**/*", route)
+    page.goto(lab_url, wait_until="load")
+    page.wait_for_selector(".jp-Notebook .jp-MarkdownCell", timeout=RENDER_TIMEOUT_MS)
+    # Wait until every markdown cell shows its rendering: jupyterlab-myst's (`.myst`) or,
+    # were the extension missing, Lab's plain CommonMark one, which the tests then reject.
+    page.wait_for_function(
+        "() => Array.from(document.querySelectorAll('.jp-Notebook .jp-MarkdownCell'))"
+        f".every(cell => cell.querySelector('{RENDERED_MARKDOWN}'))",
+        timeout=RENDER_TIMEOUT_MS,
+    )
+    yield page
+    page.close()
+    assert external == [], f"Lab asked for non-loopback URLs: {external}"
 
 
 def test_chapter_1_has_exercises_and_solutions_to_check() -> None:

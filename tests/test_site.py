@@ -27,7 +27,6 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 SITE = REPOSITORY / "_build" / "html"
 SCREENSHOTS = REPOSITORY / "_build" / "screenshots"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHAPTER_1 = "notebooks/01_device_agnostic_basics.html"
 CHAPTER_3 = "notebooks/03_huggingface_models_anywhere.html"  # the chapter with the most math
 DESKTOP_WIDTH = 1280
@@ -128,29 +127,6 @@ def site_url(built_site: Path) -> Iterator[str]:
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
-
-
-@pytest.fixture(scope="session")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"Chromium not found at {CHROMIUM}: run `make chromium` (as root) first")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
-        yield browser
-        browser.close()
 
 
 def refuse_other_hosts(page, site_url: str) -> set[str]:
