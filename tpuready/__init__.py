@@ -6,7 +6,7 @@ One module per idea; import the one you need (`from tpuready import hardware`):
 - `accelerator_api`: CUDA-only calls and their `torch.accelerator` spellings (chapter 1).
 - `audit`: the portability audit, also `python -m tpuready audit-source PATH...` (chapter 1).
 - `dispatch`: record the aten operators code sends through the dispatcher (chapter 2).
-- `check`: parity checks between devices and dtypes, a model of bf16 matmul passes (chapter 3).
+- `check`: the book's relative error and a CPU model of bf16 matmul passes (chapters 1, 3).
 - `syncs`: count host syncs and graph breaks (chapter 4).
 - `hardware`: accelerator figures with their vendor sources (reference page).
 - `launch`: run a worker on N CPU processes with torch.distributed over gloo (Part II).
