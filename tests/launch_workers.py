@@ -111,3 +111,8 @@ class Holder:
 
     def work(self, rank: int, world_size: int) -> int:
         return rank
+
+
+def tensor_result(rank: int, world_size: int) -> torch.Tensor:
+    """Return a tensor large enough that torch's multiprocessing pickler would share it."""
+    return torch.full((64, 32), float(rank))

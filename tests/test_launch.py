@@ -25,6 +25,7 @@ from pathlib import Path
 
 import launch_workers
 import pytest
+import torch
 from launch_workers import (
     Holder,
     die_mid_message,
@@ -33,6 +34,7 @@ from launch_workers import (
     hang_on_some_ranks,
     noisy_all_reduce,
     return_unpicklable,
+    tensor_result,
 )
 
 import tpuready.launch
@@ -281,6 +283,14 @@ def test_an_unpicklable_result_is_reported_as_a_crash() -> None:
     with pytest.raises(WorkerCrashedError, match=r"rank 0 of 1 failed: .*pickle") as caught:
         run_workers(return_unpicklable, 1)
     assert caught.value.rank == 0
+
+
+def test_tensor_results_survive_the_rank_that_made_them() -> None:
+    # torch's multiprocessing pickler would share the tensor's memory with the caller; the
+    # rank exits right after sending, so the result must travel as a copy.
+    results = run_workers(tensor_result, 2)
+    for rank, tensor in enumerate(results):
+        assert torch.equal(tensor, torch.full((64, 32), float(rank)))
 
 
 def nested_worker_factory() -> object:

@@ -219,7 +219,7 @@ def _collect_results(
         for connection in ready:
             rank = pending[connection]
             try:
-                kind, value = connection.recv()
+                kind, value = pickle.loads(connection.recv_bytes())
             except (EOFError, OSError):
                 # The process died without a word (killed, os._exit, segfault), or halfway
                 # through a message (the pipe ends mid-message: OSError). Same report either way.
@@ -384,6 +384,16 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="tpuready-parent-watch", daemon=True).start()
 
 
+def _send(connection: Connection, message: tuple[str, Any]) -> None:
+    """Send a message as plain pickle bytes.
+
+    `Connection.send` would use multiprocessing's pickler, with which torch shares a tensor's
+    memory instead of copying it; the rank exits right after sending its result, and the
+    caller could then no longer read the tensor.
+    """
+    connection.send_bytes(pickle.dumps(message))
+
+
 def _loopback_interface() -> str | None:
     """The loopback network interface's name: `lo` on Linux, `lo0` on macOS."""
     names = {name for _, name in socket.if_nameindex()}
@@ -439,16 +449,16 @@ def _run_rank(
         dist.init_process_group(
             "gloo", store=store, rank=rank, world_size=world_size, timeout=timeout
         )
-        connection.send(("joined", None))
+        _send(connection, ("joined", None))
         result = worker(rank, world_size, *args, **kwargs)
         dist.destroy_process_group()
-        connection.send(("result", result))  # fails here if the result is not picklable
+        _send(connection, ("result", result))  # fails here if the result is not picklable
     except BaseException as error:
         exit_code = 1
         summary = f"{type(error).__name__}: {error}".splitlines()[0]
         sys.stdout.flush()
         sys.stderr.flush()
-        connection.send(("error", (summary, traceback.format_exc())))
+        _send(connection, ("error", (summary, traceback.format_exc())))
         # Wait for the caller to stop us instead of leaving the group now: leaving would make
         # the other ranks fail too, and their errors could reach the caller before ours.
         connection.poll(group_timeout_seconds)
