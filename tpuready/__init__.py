@@ -10,6 +10,7 @@ One module per idea; import the one you need (`from tpuready import hardware`):
 - `syncs`: count host syncs and graph breaks (chapter 4).
 - `hardware`: accelerator figures with their vendor sources (reference page).
 - `launch`: run a worker on N CPU processes with torch.distributed over gloo (Part II).
+- `plan`: per-chip memory, bytes per mesh axis and roofline step time of a sharded run (chapter 9).
 - `offline`: the network guard the notebooks run under in the tests.
 """
 
