@@ -20,7 +20,8 @@ TORCH_VERSION := $(shell sed -n 's/^torch==//p' requirements.txt)
 
 # The conditions every notebook runs under, in `make notebooks`, `make bench` and nbval alike:
 # the offline guard (scripts/offline_site/sitecustomize.py), no hub access, one torch thread
-# (identical floating-point sums on every run), a fixed hash seed, no tokenizer thread warnings. Kernels keep matplotlib's inline backend, so figures are stored.
+# (identical floating-point sums on every run), a fixed hash seed, no tokenizer thread warnings.
+# Kernels keep matplotlib's inline backend, so `plt.show()` stores the figure.
 NOTEBOOK_ENV := TPUREADY_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
 	PYTHONPATH=$(CURDIR)/scripts/offline_site OMP_NUM_THREADS=1 PYTHONHASHSEED=0 \
 	TOKENIZERS_PARALLELISM=false JUPYTER_PLATFORM_DIRS=1
