@@ -1,0 +1,157 @@
+"""Worker for chapter 7: shard a saved tiny Qwen3 with its own TP plan.
+
+The notebook saves the model and starts `tp_plan_logits` on 2 ranks with
+`tpuready.launch.run_workers`; each rank returns its logits. As a script it
+runs under the standard launcher (from the repository root), each rank
+building and saving the same seeded model itself:
+
+    torchrun --standalone --nproc-per-node=2 \\
+        notebooks/workers/ch07_qwen3_tp_plan.py
+
+and rank 0 prints a summary as one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import warnings
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    RowwiseParallel,
+    parallelize_module,
+)
+
+# A tiny Qwen3: every split size divisible by 2 ranks (heads, KV heads, MLP).
+QWEN3_SIZES = {
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 64,
+}
+SEED = 0
+BATCH_SIZE, SEQ_LEN = 2, 12
+# transformers names its layer styles; these are the torch styles they mean.
+TORCH_STYLES = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+# Styles that leave a module whole on every rank in a forward pass.
+REPLICATED_STYLES = frozenset({"replicated_with_grad_allreduce"})
+
+
+def _quiet_transformers() -> None:
+    """Keep transformers' warnings, logs and progress bars out of the log."""
+    warnings.simplefilter("ignore")
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def build_and_save_qwen3(model_dir: str) -> torch.nn.Module:
+    """The seeded tiny Qwen3 in float32, saved (safetensors) in `model_dir`."""
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    torch.manual_seed(SEED)
+    config = Qwen3Config(**QWEN3_SIZES)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.eval().save_pretrained(model_dir)
+    return model
+
+
+def example_input_ids() -> torch.Tensor:
+    """A fixed batch of token ids, the same in every process."""
+    generator = torch.Generator().manual_seed(SEED)
+    shape = (BATCH_SIZE, SEQ_LEN)
+    return torch.randint(QWEN3_SIZES["vocab_size"], shape, generator=generator)
+
+
+def torch_plan_from_transformers(tp_plan: dict[str, str]) -> dict[str, object]:
+    """Translate a transformers `base_model_tp_plan` for `parallelize_module`.
+
+    "colwise" and "rowwise" become torch styles; the q/k norms'
+    "replicated_with_grad_allreduce" stays a plain module on every rank, which
+    is what it is in a forward pass. Keys keep their `*` wildcards, which
+    `parallelize_module` understands too.
+    """
+    unknown = sorted(
+        set(tp_plan.values()) - set(TORCH_STYLES) - REPLICATED_STYLES
+    )
+    if unknown:
+        raise ValueError(f"no torch style for transformers' styles {unknown}")
+    return {
+        f"model.{name}": TORCH_STYLES[style]()
+        for name, style in tp_plan.items()
+        if style in TORCH_STYLES
+    }
+
+
+def tp_plan_logits(
+    rank: int, world_size: int, model_dir: str
+) -> dict[str, object]:
+    """Load `model_dir` sharded by the model's own TP plan; return logits."""
+    _quiet_transformers()
+    from transformers import AutoModelForCausalLM
+    from transformers.distributed import DistributedConfig
+
+    auto_plan_error = None
+    try:  # the one-line way: transformers applies the model's own plan
+        model = AutoModelForCausalLM.from_pretrained(
+            model_dir,
+            dtype=torch.float32,
+            distributed_config=DistributedConfig(tp_plan="auto"),
+        )
+    except ValueError as error:  # e.g. a package it needs is not installed
+        auto_plan_error = f"{type(error).__name__}: {error}"
+        # The same plan by hand: load whole, shard with parallelize_module.
+        model = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=torch.float32
+        )
+        mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("tp",))
+        plan = torch_plan_from_transformers(model.config.base_model_tp_plan)
+        parallelize_module(model, mesh, plan)
+    with torch.no_grad():
+        logits = model.eval()(example_input_ids()).logits
+    q_proj = model.model.layers[0].self_attn.q_proj.weight
+    return {
+        "logits": logits.numpy(),
+        "auto_plan_error": auto_plan_error,
+        "q_proj_local_shape": list(q_proj.to_local().shape),
+        "q_proj_placements": str(q_proj.placements),
+    }
+
+
+def summarise(logits: np.ndarray, reference: np.ndarray) -> dict[str, object]:
+    """Rank 0's printout: a checksum, the gap to `reference`."""
+    return {
+        "logits_sum": round(float(np.float64(logits).sum()), 5),
+        "max_abs_difference": float(np.abs(logits - reference).max()),
+    }
+
+
+def _main() -> None:
+    """Under torchrun: save, load sharded, rank 0 prints one JSON line."""
+    _quiet_transformers()
+    with tempfile.TemporaryDirectory() as model_dir:
+        # Save before joining the group: once a group exists, transformers'
+        # save_pretrained writes on rank 0 only, and each rank has its folder.
+        model = build_and_save_qwen3(model_dir)
+        dist.init_process_group("gloo")
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        result = tp_plan_logits(rank, world_size, model_dir)
+    with torch.no_grad():
+        reference = model(example_input_ids()).logits.numpy()
+    if rank == 0:
+        print(json.dumps(summarise(result["logits"], reference)))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,106 @@
+"""Chapter 7's workers run unchanged under torchrun and agree with `run_workers`.
+
+The notebook starts its workers with `tpuready.launch.run_workers`; the chapter also shows
+the standard command, `torchrun --standalone --nproc-per-node=N notebooks/workers/...`. Each
+test runs a worker file both ways and compares what rank 0 reports.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import NOTEBOOK_DIR, REPOSITORY
+
+from tpuready.launch import run_workers
+
+# The notebook imports its workers as `workers.ch07_...` from notebooks/; so do we. Spawned
+# ranks inherit this sys.path.
+if str(NOTEBOOK_DIR) not in sys.path:
+    sys.path.insert(0, str(NOTEBOOK_DIR))
+
+from workers import ch07_qwen3_tp_plan, ch07_tensor_parallel
+
+# Importing torch (and transformers) on every rank takes seconds each, far more on a busy
+# 2-core machine: generous bounds, so a hang fails the test instead of stalling the suite.
+TORCHRUN_TIMEOUT_SECONDS = 400
+WORKER_TIMEOUT_SECONDS = 300
+
+
+def run_torchrun(script: Path, nproc: int) -> dict[str, object]:
+    """Run `script` under torchrun on `nproc` local ranks; return the JSON line rank 0 printed."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        str(script),
+    ]
+    # One thread per rank, as in the notebook (torchrun sets the same and warns otherwise).
+    environment = dict(os.environ, OMP_NUM_THREADS="1")
+    completed = subprocess.run(
+        command,
+        cwd=REPOSITORY,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=TORCHRUN_TIMEOUT_SECONDS,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    json_lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
+    assert len(json_lines) == 1, f"expected one JSON line from rank 0, got:\n{completed.stdout}"
+    return json.loads(json_lines[0])
+
+
+def test_tensor_parallel_worker_under_torchrun_matches_run_workers() -> None:
+    world_size = 4
+    from_torchrun = run_torchrun(NOTEBOOK_DIR / "workers" / "ch07_tensor_parallel.py", world_size)
+    results = run_workers(
+        ch07_tensor_parallel.run_all_layouts,
+        world_size,
+        timeout_seconds=WORKER_TIMEOUT_SECONDS,
+        startup_timeout_seconds=WORKER_TIMEOUT_SECONDS,
+    )
+    from_run_workers = ch07_tensor_parallel.summarise(results[0])
+    assert from_torchrun.keys() == from_run_workers.keys() == set(ch07_tensor_parallel.LAYOUTS)
+    for layout, expected in from_run_workers.items():
+        got = from_torchrun[layout]
+        # Same ranks, same seeds, same collectives: the collective counts are equal, and the
+        # outputs' checksums agree to float32 rounding (the launchers may differ in threads).
+        assert got["forward_collectives"] == expected["forward_collectives"], layout
+        assert math.isclose(got["outputs_sum"], expected["outputs_sum"], rel_tol=1e-5), layout
+    # And the counts are the chapter's formula: two collectives of each kind per block.
+    num_layers = ch07_tensor_parallel.MODEL_SIZES["num_layers"]
+    assert from_torchrun["tp"]["forward_collectives"] == {"all_reduce": 2 * num_layers}
+
+
+def test_qwen3_tp_plan_worker_under_torchrun_matches_run_workers(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    world_size = 2
+    from_torchrun = run_torchrun(NOTEBOOK_DIR / "workers" / "ch07_qwen3_tp_plan.py", world_size)
+    model = ch07_qwen3_tp_plan.build_and_save_qwen3(str(tmp_path))
+    with torch.no_grad():
+        reference = model(ch07_qwen3_tp_plan.example_input_ids()).logits.numpy()
+    results = run_workers(
+        ch07_qwen3_tp_plan.tp_plan_logits,
+        world_size,
+        str(tmp_path),
+        timeout_seconds=WORKER_TIMEOUT_SECONDS,
+        startup_timeout_seconds=WORKER_TIMEOUT_SECONDS,
+    )
+    from_run_workers = ch07_qwen3_tp_plan.summarise(results[0]["logits"], reference)
+    # Both launches shard the same seeded model and match the unsharded logits to float32
+    # rounding (about 2e-7 here); their checksums agree.
+    assert from_torchrun["max_abs_difference"] < 1e-5, from_torchrun
+    assert from_run_workers["max_abs_difference"] < 1e-5, from_run_workers
+    assert math.isclose(
+        from_torchrun["logits_sum"], from_run_workers["logits_sum"], rel_tol=1e-5, abs_tol=1e-3
+    )
