@@ -1,0 +1,244 @@
+"""`tpuready.plan`: parameter counts, shard sizes, memory, bytes moved and bad input.
+
+The tiny model below is small enough to count by hand; the comments show the counts. The
+property tests check what a reader relies on when choosing a mesh: giving an axis more chips
+never makes any chip need more memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tpuready.hardware import UnknownChipError, get_chip
+from tpuready.plan import (
+    AXES,
+    BYTES_PER_PARAM_STATE,
+    ModelConfig,
+    PlanError,
+    _gather_bytes,
+    make_plan,
+    shard_len,
+)
+
+no_deadline = settings(deadline=None, max_examples=60)
+
+# h=8, 2 heads of 4 (q_dim 8), 1 KV head (kv_dim 4), 4 experts of width 6, 2 per token.
+TINY = ModelConfig(
+    name="tiny",
+    num_layers=1,
+    hidden_size=8,
+    num_heads=2,
+    num_kv_heads=1,
+    head_dim=4,
+    num_experts=4,
+    experts_per_token=2,
+    expert_ffn_size=6,
+    vocab_size=10,
+)
+# attention 2*8*8 + 2*8*4 + 2*4 (q, k norms) = 200; router 4*8 = 32; experts 4 * 3*8*6 = 576;
+# layer norms 2*8 = 16 -> layer 824; embedding and head 2 * 10*8 = 160; final norm 8.
+TINY_TOTAL = 824 + 160 + 8
+TINY_ACTIVE = TINY_TOTAL - 2 * 144  # two unused experts of 144
+
+
+def tiny_plan(**mesh: int):
+    return make_plan(
+        TINY,
+        mesh,
+        "v7",
+        num_chips=math.prod(mesh.values()),
+        global_batch=16,
+        seq_len=4,
+    )
+
+
+def test_counts_of_the_tiny_model_by_hand():
+    assert TINY.total_params == TINY_TOTAL
+    assert TINY.active_params == TINY_ACTIVE
+    # 6 N with N = 2*8*(8+4) + 32 + 2*144 + 80 = 592, plus 12 * 1 * 2 * 4 * seq_len.
+    assert TINY.flops_per_token(seq_len=4) == 6 * 592 + 12 * 2 * 4 * 4
+
+
+@pytest.mark.parametrize(
+    ("length", "ways", "expected"),
+    [(10, (3,), 4), (4096, (256, 32), 1), (7, (2, 2), 2), (12, (1, 1), 12), (3, (8,), 1)],
+)
+def test_shard_len_is_ceil_division_like_torch_chunk(length, ways, expected):
+    assert shard_len(length, *ways) == expected
+    chunks = [torch.empty(length)]
+    for count in ways:
+        chunks = list(torch.chunk(chunks[0], count))
+    assert len(chunks[0]) == expected
+
+
+def test_counts_match_a_transformers_model_built_on_meta():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Qwen3MoeConfig(
+        vocab_size=96,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_experts=6,
+        num_experts_per_tok=2,
+        moe_intermediate_size=12,
+        tie_word_embeddings=False,
+    )
+    model_config = ModelConfig.from_transformers(config, "small")
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    total = sum(p.numel() for p in model.parameters())
+    expert_numel = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
+    assert model_config.total_params == total
+    assert model_config.active_params == total - expert_numel * (6 - 2) // 6
+
+
+def test_one_chip_holds_everything_and_moves_nothing():
+    plan = tiny_plan(fsdp=1)
+    assert plan.params_per_chip == TINY_TOTAL
+    for name, size in BYTES_PER_PARAM_STATE.items():
+        assert plan.state_bytes[name] == TINY_TOTAL * size
+    assert set(plan.ici_bytes) == set(AXES)
+    assert all(value == 0 for value in plan.ici_bytes.values())
+    assert plan.times["ici"] == 0
+
+
+def test_fsdp_of_two_halves_every_sharded_weight_by_hand():
+    # The norms (2*4 + 2*8 + 8 = 32) stay whole; the other 960 parameters split in two.
+    assert tiny_plan(fsdp=2).params_per_chip == 32 + 960 // 2
+
+
+def test_tensor_and_expert_axes_split_heads_experts_and_tokens():
+    two_kv_heads = dataclasses.replace(TINY, num_kv_heads=2)  # kv_dim 8
+    plan = make_plan(two_kv_heads, {"tensor": 2, "expert": 2}, "v7", num_chips=4,
+                     global_batch=16, seq_len=4)  # fmt: skip
+    # Tokens split over expert (not tensor): 16 sequences * 4 tokens / 2.
+    assert plan.tokens_per_chip == 32
+    # q, o: 2 * (8/2/2)*8 = 32; k, v: 2 * (8/2) * (8/2) = 32; router 4 * 8/2 = 16;
+    # experts 2 local * ((12/2)*8 + 8*(6/2)) = 144; vocab 2 * ceil(ceil(10/2)/2)*8 = 48;
+    # norms 32.
+    assert plan.params_per_chip == 32 + 32 + 16 + 144 + 48 + 32
+
+
+def test_data_axis_all_reduces_fp32_gradients():
+    plan = tiny_plan(data=2)
+    # Ring all-reduce: each chip sends 2 (n-1)/n of the fp32 gradient.
+    assert plan.ici_bytes["data"] == 2 * (1 / 2) * TINY_TOTAL * 4
+    assert plan.ici_bytes["fsdp"] == 0
+
+
+def test_nested_all_gather_bytes_by_hand():
+    # Innermost axis first: expert moves 1 copy of 10, then fsdp moves 3 copies of 20.
+    assert _gather_bytes(10, [("fsdp", 4), ("expert", 2)]) == {"expert": 10, "fsdp": 60}
+
+
+def test_recomputation_saves_activations_and_costs_compute():
+    deep = dataclasses.replace(TINY, num_layers=4)  # one layer saves nothing by recomputing
+    plain = make_plan(deep, {"fsdp": 2}, "v7", num_chips=2, global_batch=4, seq_len=64,
+                      recompute=False)  # fmt: skip
+    again = make_plan(deep, {"fsdp": 2}, "v7", num_chips=2, global_batch=4, seq_len=64)
+    assert again.activation_bytes < plain.activation_bytes
+    assert again.flops_per_chip == pytest.approx(plain.flops_per_chip * 4 / 3)
+    assert again.memory_bytes < plain.memory_bytes
+
+
+def test_step_time_is_the_slowest_roofline_term():
+    plan = tiny_plan(fsdp=2, expert=2)
+    assert plan.step_seconds == max(plan.times.values())
+    assert plan.times[plan.bound] == plan.step_seconds
+    chip = get_chip("v7")
+    assert plan.times["compute"] == pytest.approx(
+        plan.flops_per_chip / chip.peak_bf16_flops_per_second
+    )
+    assert 0 < plan.mfu <= 1
+
+
+@pytest.mark.parametrize(
+    ("mesh", "num_chips", "match"),
+    [
+        ({"fsdp": 4}, 8, "not the world size 8"),
+        ({"tensor": 4}, 4, "num_heads=2 .* tensor=4"),
+        ({"expert": 8}, 8, "num_experts=4 .* expert=8"),
+        ({"fsdp": 2, "pipeline": 2}, 4, "unknown mesh axes \\['pipeline'\\]"),
+        ({"fsdp": 0}, 0, "'fsdp' must have a positive int size, got 0"),
+    ],
+)
+def test_bad_mesh_fails_naming_the_value(mesh, num_chips, match):
+    with pytest.raises(PlanError, match=match):
+        make_plan(TINY, mesh, "v7", num_chips=num_chips, global_batch=64, seq_len=4)
+
+
+def test_kv_heads_must_divide_by_tensor():
+    wide = ModelConfig("wide", 1, 8, 4, 1, 2, 4, 2, 6, 10)
+    with pytest.raises(PlanError, match=r"num_kv_heads=1 .* tensor=2"):
+        make_plan(wide, {"tensor": 2}, "v7", num_chips=2, global_batch=2, seq_len=4)
+
+
+def test_batch_must_split_over_the_batch_axes():
+    with pytest.raises(PlanError, match=r"global_batch=6 .* = 4"):
+        make_plan(TINY, {"fsdp": 2, "data": 2}, "v7", num_chips=4, global_batch=6, seq_len=4)
+
+
+def test_unknown_hardware_fails_naming_it():
+    with pytest.raises(UnknownChipError, match="'v99'"):
+        make_plan(TINY, {"fsdp": 1}, "v99", num_chips=1, global_batch=1, seq_len=4)
+
+
+def test_chip_without_interconnect_figure_fails_clearly():
+    with pytest.raises(PlanError, match="TPU v4 has no per-chip interconnect"):
+        make_plan(TINY, {"fsdp": 1}, "v4", num_chips=1, global_batch=1, seq_len=4)
+
+
+def test_bad_model_fails_naming_the_field():
+    with pytest.raises(PlanError, match="hidden_size must be a positive int, got 0"):
+        ModelConfig("bad", 1, 0, 2, 1, 4, 4, 2, 6, 10)
+    with pytest.raises(PlanError, match="experts_per_token=5 exceeds num_experts=4"):
+        ModelConfig("bad", 1, 8, 2, 1, 4, 4, 5, 6, 10)
+
+
+# A model every power-of-two axis up to 8 divides: 8 heads, 8 KV heads, 16 experts.
+SMALL = ModelConfig("small", 2, 64, 8, 8, 8, 16, 2, 24, 100)
+powers = st.sampled_from([1, 2, 4])  # doubled, at most 8
+
+
+@no_deadline
+@given(
+    sizes=st.tuples(powers, powers, powers, powers),
+    axis=st.sampled_from(AXES),
+    recompute=st.booleans(),
+)
+def test_memory_per_chip_never_grows_when_an_axis_grows(sizes, axis, recompute):
+    mesh = dict(zip(AXES, sizes, strict=True))
+    grown = {**mesh, axis: mesh[axis] * 2}
+    plans = [
+        make_plan(
+            SMALL,
+            layout,
+            "v7",
+            num_chips=math.prod(layout.values()),
+            global_batch=1024,
+            seq_len=32,
+            recompute=recompute,
+        )
+        for layout in (mesh, grown)
+    ]
+    before, after = plans
+    assert after.memory_bytes <= before.memory_bytes
+    assert after.params_per_chip <= before.params_per_chip
+    assert after.activation_bytes <= before.activation_bytes
+
+
+@no_deadline
+@given(sizes=st.tuples(powers, powers, powers, powers))
+def test_an_axis_of_size_one_moves_nothing(sizes):
+    mesh = dict(zip(AXES, sizes, strict=True))
+    plan = make_plan(SMALL, mesh, "v7", num_chips=math.prod(sizes), global_batch=1024, seq_len=32)
+    for name, size in mesh.items():
+        assert (plan.ici_bytes[name] == 0) == (size == 1)
