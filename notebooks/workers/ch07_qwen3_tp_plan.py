@@ -96,33 +96,34 @@ def torch_plan_from_transformers(tp_plan: dict[str, str]) -> dict[str, object]:
 def tp_plan_logits(
     rank: int, world_size: int, model_dir: str
 ) -> dict[str, object]:
-    """Load `model_dir` sharded by the model's own TP plan; return logits."""
+    """Load `model_dir` sharded by the model's own TP plan, two ways; logits.
+
+    First the one-line way, `tp_plan="auto"` (transformers applies the plan;
+    it needs `accelerate`), then the same plan applied by hand: load whole,
+    translate the styles, `parallelize_module`.
+    """
     _quiet_transformers()
     from transformers import AutoModelForCausalLM
     from transformers.distributed import DistributedConfig
 
-    auto_plan_error = None
-    try:  # the one-line way: transformers applies the model's own plan
-        model = AutoModelForCausalLM.from_pretrained(
-            model_dir,
-            dtype=torch.float32,
-            distributed_config=DistributedConfig(tp_plan="auto"),
-        )
-    except ValueError as error:  # e.g. a package it needs is not installed
-        auto_plan_error = f"{type(error).__name__}: {error}"
-        # The same plan by hand: load whole, shard with parallelize_module.
-        model = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=torch.float32
-        )
-        mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("tp",))
-        plan = torch_plan_from_transformers(model.config.base_model_tp_plan)
-        parallelize_module(model, mesh, plan)
+    auto_model = AutoModelForCausalLM.from_pretrained(
+        model_dir,
+        dtype=torch.float32,
+        distributed_config=DistributedConfig(tp_plan="auto"),
+    )
+    by_hand = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float32
+    )
+    mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("tp",))
+    plan = torch_plan_from_transformers(by_hand.config.base_model_tp_plan)
+    parallelize_module(by_hand, mesh, plan)
     with torch.no_grad():
-        logits = model.eval()(example_input_ids()).logits
-    q_proj = model.model.layers[0].self_attn.q_proj.weight
+        logits = auto_model.eval()(example_input_ids()).logits
+        by_hand_logits = by_hand.eval()(example_input_ids()).logits
+    q_proj = auto_model.model.layers[0].self_attn.q_proj.weight
     return {
         "logits": logits.numpy(),
-        "auto_plan_error": auto_plan_error,
+        "by_hand_logits": by_hand_logits.numpy(),
         "q_proj_local_shape": list(q_proj.to_local().shape),
         "q_proj_placements": str(q_proj.placements),
     }
