@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -49,3 +53,32 @@ def browser():
         )
         yield browser
         browser.close()
+
+
+def run_torchrun(script: Path, num_ranks: int, *arguments: object, timeout_seconds: float) -> Any:
+    """Run `script` under the standard launcher on `num_ranks` CPU processes, one thread each.
+
+    Returns the one JSON line (an object or a list) that rank 0 printed. The Part II tests
+    compare it with what the same worker returns through `tpuready.launch.run_workers`.
+    """
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={num_ranks}",
+            str(script),
+            *map(str, arguments),
+        ],
+        cwd=REPOSITORY,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=timeout_seconds,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    json_lines = [line for line in completed.stdout.splitlines() if line.startswith(("{", "["))]
+    assert len(json_lines) == 1, f"expected one JSON line from rank 0:\n{completed.stdout}"
+    return json.loads(json_lines[0])

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import NOTEBOOK_DIR, REPOSITORY
+from conftest import NOTEBOOK_DIR, REPOSITORY, run_torchrun
 
 from tpuready.launch import run_workers
 
@@ -39,26 +39,7 @@ def worker_module():
 @pytest.fixture(scope="module")
 def from_torchrun() -> list[dict]:
     """Run the worker file with the standard launcher; return rank 0's JSON line."""
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={WORLD_SIZE}",
-            str(WORKER_FILE),
-        ],
-        cwd=REPOSITORY,
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=LAUNCH_TIMEOUT_SECONDS,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    json_lines = [line for line in completed.stdout.splitlines() if line.startswith("[")]
-    assert len(json_lines) == 1, completed.stdout[-4000:]
-    return json.loads(json_lines[0])
+    return run_torchrun(WORKER_FILE, WORLD_SIZE, timeout_seconds=LAUNCH_TIMEOUT_SECONDS)
 
 
 def test_torchrun_gives_what_run_workers_gives(worker_module, from_torchrun) -> None:

@@ -9,14 +9,12 @@ equal, with no tolerance.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from conftest import NOTEBOOK_DIR
+from conftest import run_torchrun as run_torchrun_with_timeout
 
 from tpuready.launch import run_workers
 
@@ -33,27 +31,8 @@ TORCHRUN_TIMEOUT_SECONDS = 300
 
 
 def run_torchrun(script: Path, num_ranks: int) -> dict:
-    """Run `script` under torchrun on `num_ranks` CPU processes; return rank 0's JSON line."""
-    environment = dict(os.environ, OMP_NUM_THREADS="1")
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={num_ranks}",
-            str(script),
-        ],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=TORCHRUN_TIMEOUT_SECONDS,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    json_lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
-    assert len(json_lines) == 1, f"expected one JSON line from rank 0:\n{completed.stdout}"
-    return json.loads(json_lines[0])
+    """Run `script` under torchrun; return rank 0's JSON line (tests/conftest.py)."""
+    return run_torchrun_with_timeout(script, num_ranks, timeout_seconds=TORCHRUN_TIMEOUT_SECONDS)
 
 
 def test_ddp_worker_under_torchrun_matches_run_workers() -> None:

@@ -7,16 +7,14 @@ test runs a worker file both ways and compares what rank 0 reports.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import NOTEBOOK_DIR, REPOSITORY
+from conftest import NOTEBOOK_DIR
+from conftest import run_torchrun as run_torchrun_with_timeout
 
 from tpuready.launch import run_workers
 
@@ -33,31 +31,9 @@ TORCHRUN_TIMEOUT_SECONDS = 400
 WORKER_TIMEOUT_SECONDS = 300
 
 
-def run_torchrun(script: Path, nproc: int) -> dict[str, object]:
-    """Run `script` under torchrun on `nproc` local ranks; return the JSON line rank 0 printed."""
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={nproc}",
-        str(script),
-    ]
-    # One thread per rank, as in the notebook (torchrun sets the same and warns otherwise).
-    environment = dict(os.environ, OMP_NUM_THREADS="1")
-    completed = subprocess.run(
-        command,
-        cwd=REPOSITORY,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=TORCHRUN_TIMEOUT_SECONDS,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    json_lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
-    assert len(json_lines) == 1, f"expected one JSON line from rank 0, got:\n{completed.stdout}"
-    return json.loads(json_lines[0])
+def run_torchrun(script: Path, nproc: int) -> dict:
+    """Run `script` under torchrun; return rank 0's JSON line (tests/conftest.py)."""
+    return run_torchrun_with_timeout(script, nproc, timeout_seconds=TORCHRUN_TIMEOUT_SECONDS)
 
 
 def test_tensor_parallel_worker_under_torchrun_matches_run_workers() -> None:

@@ -10,14 +10,12 @@ outputs equal to the last bit (compared by a SHA-256 of their bytes).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import warnings
 
 import pytest
 import torch
-from conftest import NOTEBOOK_DIR, REPOSITORY
+from conftest import NOTEBOOK_DIR, run_torchrun
 
 from tpuready.launch import run_workers
 
@@ -39,26 +37,7 @@ pytestmark = pytest.mark.timeout(2 * LAUNCH_TIMEOUT_SECONDS + 60)
 @pytest.fixture(scope="module")
 def from_torchrun() -> dict:
     """Run the worker file with the standard launcher; return rank 0's JSON line."""
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={WORLD_SIZE}",
-            str(WORKER_FILE),
-        ],
-        cwd=REPOSITORY,
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
-        capture_output=True,
-        text=True,
-        timeout=LAUNCH_TIMEOUT_SECONDS,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    json_lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
-    assert len(json_lines) == 1, f"expected one JSON line from rank 0:\n{completed.stdout}"
-    return json.loads(json_lines[0])
+    return run_torchrun(WORKER_FILE, WORLD_SIZE, timeout_seconds=LAUNCH_TIMEOUT_SECONDS)
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,12 @@ thread per rank: losses and the digests of the full state must be equal, with no
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from conftest import NOTEBOOK_DIR
+from conftest import run_torchrun as run_torchrun_with_timeout
 
 from tpuready.launch import run_workers
 
@@ -36,27 +34,7 @@ pytestmark = pytest.mark.timeout(4 * TIMEOUT_SECONDS)
 
 def run_torchrun(num_ranks: int, *arguments: object) -> dict:
     """Run the worker under torchrun on `num_ranks` CPU processes; return rank 0's JSON."""
-    environment = dict(os.environ, OMP_NUM_THREADS="1")
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={num_ranks}",
-            str(SCRIPT),
-            *map(str, arguments),
-        ],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_SECONDS,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    json_lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
-    assert len(json_lines) == 1, f"expected one JSON line from rank 0:\n{completed.stdout}"
-    return json.loads(json_lines[0])
+    return run_torchrun_with_timeout(SCRIPT, num_ranks, *arguments, timeout_seconds=TIMEOUT_SECONDS)
 
 
 def summary(result: dict) -> dict:
