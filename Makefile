@@ -37,9 +37,11 @@ NO_NETWORK := $(CURDIR)/scripts/no_network
 QUIET_PIP := { grep -v "^WARNING: Location" || true; }
 
 # `python -m pytest` puts the repository on sys.path for the time-budget plugin, which fails
-# the run when one notebook takes over 60 s (tests/notebook_time_budget.py).
+# the run when one notebook takes over 60 s (tests/notebook_time_budget.py). The scripts in
+# notebooks/examples are run by the chapters that show them (chapter 11 runs its recompile
+# budget test), so nbval does not collect them a second time.
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
-	--nbval-cell-timeout=300 -p tests.notebook_time_budget
+	--nbval-cell-timeout=300 -p tests.notebook_time_budget --ignore=notebooks/examples
 
 .PHONY: help venv book test lint unit nbval site notebooks bench serve lab chromium clean
 
