@@ -1,12 +1,16 @@
 """Command line of the companion toolkit: `python -m tpuready SUBCOMMAND ...`.
 
 Subcommands:
-  audit-source PATH...   list the lines that tie code to CUDA (see `tpuready.audit`)
+  audit-source PATH...   list the lines that tie code to CUDA (see `tpuready.audit`);
+                         with --fix, rewrite what can be ported safely (`tpuready.fix`), with
+                         --diff, show that rewrite as a unified diff (the fixer's exit status)
 
-Exit status of `audit-source`: 0 when clean, 1 when there are findings (a file or notebook
-cell that does not parse counts as a `syntax-error` finding), 2 on bad arguments or a path
-that is missing or cannot be read (the message names it; readable files are still reported).
-With no subcommand, or an unknown one, the usage goes to stderr and the status is 2.
+Exit status of `audit-source`: 0 when clean, 1 when there are findings (at or above
+`--severity`; a file or notebook cell that does not parse counts as a `syntax-error` finding),
+2 on bad arguments or a path that is missing or cannot be read (the message names it; readable
+files are still reported), 3 when the audit itself failed on a file (one line names the file
+and says "internal error"). With no subcommand, or an unknown one, the usage goes to stderr and
+the status is 2.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from tpuready import audit
 EXIT_CLEAN = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
+EXIT_INTERNAL_ERROR = 3
+
+_FORMATTERS = {"text", "json", "github"}
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -29,50 +36,85 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Companion toolkit of the book TPU-ready PyTorch.",
     )
     subcommands = parser.add_subparsers(dest="command", metavar="SUBCOMMAND", required=True)
+    rules = "\n".join(f"  {rule.id} ({rule.severity})" for rule in audit.RULE_TABLE)
     audit_parser = subcommands.add_parser(
         "audit-source",
         help="list the lines that tie PyTorch code to CUDA, with portable replacements",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
-            "Scan Python files, notebooks and folders (recursively; .venv, .git, _build, "
-            "__pycache__ and hidden folders skipped) for CUDA-only code. Exit status: 0 clean, "
-            "1 findings, 2 bad arguments or unreadable paths."
+            "Scan Python files, notebooks and folders (recursively; .venv, .git, _build,\n"
+            "__pycache__ and hidden folders skipped) for CUDA-only code. [tool.tpuready] in\n"
+            "the project's pyproject.toml may list rules to `skip` and paths to `exclude`.\n"
+            "Exit status: 0 clean, 1 findings, 2 bad arguments or unreadable paths,\n"
+            "3 internal error.\n\nRules:\n" + rules
         ),
     )
     audit_parser.add_argument("paths", nargs="+", metavar="PATH", help=".py, .ipynb or folder")
     audit_parser.add_argument(
         "--format",
-        choices=("text", "json"),
+        choices=("text", "json", "github"),
         default="text",
         dest="output_format",
-        help="text (default): one line per finding and a summary; json: a list of objects",
+        help="text (default): findings grouped by severity and a summary; json: a list of "
+        "objects; github: GitHub Actions annotations (::warning file=...,line=...::...)",
+    )
+    audit_parser.add_argument(
+        "--severity",
+        choices=audit.SEVERITIES,
+        default=audit.SEVERITIES[-1],
+        help="report findings of this severity and above (default: note, everything)",
+    )
+    audit_parser.add_argument(
+        "--no-config", action="store_true", help="ignore [tool.tpuready] in pyproject.toml"
+    )
+    rewrite = audit_parser.add_mutually_exclusive_group()
+    rewrite.add_argument(
+        "--fix", action="store_true", help="rewrite what can be ported safely, in place"
+    )
+    rewrite.add_argument(
+        "--diff", action="store_true", help="show what --fix would change, as a unified diff"
     )
     return parser
 
 
 def run_audit_source(
-    paths: Sequence[str], output_format: str, stdout: TextIO, stderr: TextIO
+    paths: Sequence[str],
+    output_format: str,
+    stdout: TextIO,
+    stderr: TextIO,
+    *,
+    severity: str = audit.SEVERITIES[-1],
+    use_config: bool = True,
 ) -> int:
     """Audit `paths`, write the report to `stdout` and errors to `stderr`; return the status."""
     try:
-        files = audit.find_source_files(paths)
+        result = audit.run_audit(paths, use_config=use_config)
     except audit.AuditInputError as error:
         print(f"tpuready audit-source: error: {error}", file=stderr)
         return EXIT_USAGE
-    findings: list[audit.Finding] = []
-    unreadable = 0
-    for file in files:
-        try:
-            findings += audit.audit_file(file)
-        except audit.AuditInputError as error:
-            print(f"tpuready audit-source: error: {error}", file=stderr)
-            unreadable += 1
+    shown = audit.SEVERITIES[: audit.SEVERITIES.index(severity) + 1]
+    findings = [finding for finding in result.findings if finding.severity in shown]
+    for error in result.errors:
+        print(f"tpuready audit-source: error: {error}", file=stderr)
+    for error in result.internal_errors:
+        print(f"tpuready audit-source: {error}", file=stderr)
     if output_format == "json":
         stdout.write(audit.format_json(findings))
+    elif output_format == "github":
+        stdout.write(audit.format_github(findings))
     else:
-        stdout.write(audit.format_text(findings, files_scanned=len(files) - unreadable))
-    if unreadable:
+        stdout.write(audit.format_text(findings, files_scanned=result.files_scanned))
+    if result.internal_errors:
+        return EXIT_INTERNAL_ERROR
+    if result.errors:
         return EXIT_USAGE
     return EXIT_FINDINGS if findings else EXIT_CLEAN
+
+
+def _run_fix(paths: Sequence[str], *, write: bool) -> int:
+    from tpuready.fix import run_fix  # imported here: libcst is needed only to rewrite
+
+    return run_fix(paths, write=write, stdout=sys.stdout, stderr=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -83,7 +125,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_request:  # argparse exits 2 on bad usage, 0 after --help
         return exit_request.code if isinstance(exit_request.code, int) else EXIT_USAGE
     if arguments.command == "audit-source":
-        return run_audit_source(arguments.paths, arguments.output_format, sys.stdout, sys.stderr)
+        if arguments.fix or arguments.diff:
+            return _run_fix(arguments.paths, write=arguments.fix)
+        try:
+            return run_audit_source(
+                arguments.paths,
+                arguments.output_format,
+                sys.stdout,
+                sys.stderr,
+                severity=arguments.severity,
+                use_config=not arguments.no_config,
+            )
+        except Exception as error:
+            print(
+                f"tpuready audit-source: internal error: {type(error).__name__}: {error}",
+                file=sys.stderr,
+            )
+            return EXIT_INTERNAL_ERROR
     parser.print_usage(sys.stderr)  # unreachable while every subcommand is handled above
     return EXIT_USAGE
 

@@ -1,119 +1,127 @@
 """Find the lines that tie PyTorch code to CUDA, and say what to write instead.
 
 Taught in `notebooks/01_device_agnostic_basics.ipynb`. `audit_source(paths)` and
-`python -m tpuready audit-source PATH...` read Python files and notebooks with `ast`, never
-with regular expressions over the text, so the word "cuda" in a comment, a docstring or a
-message printed for the reader is never a finding. The `torch.cuda.*` replacements come from
-`tpuready.accelerator_api`, the same table chapter 1 prints.
+`python -m tpuready audit-source PATH...` run the same function (`run_audit`) over Python
+files and notebooks, read with `ast`, never with regular expressions over the text, so the
+word "cuda" in a comment, a docstring or a printed message is never a finding. The
+`torch.cuda.*` replacements come from `tpuready.accelerator_api`, the table chapter 1 prints.
+Reading files, notebooks, pragmas and `[tool.tpuready]` lives in `tpuready.audit_sources`.
 
-What each rule looks for (`RULES` holds the one-line descriptions):
+Each finding has a severity:
 
-- `cuda-device-string`: a string that is exactly `cuda` or `cuda:N` (or an f-string, `+`,
-  `%` or `.format` that starts with `cuda:`) used as a device: an argument of `.to(...)`;
-  the first argument of `torch.device`, `torch.set_default_device`, `torch.Generator`,
-  `torch.autocast` / `torch.amp.autocast`, `torch.amp.GradScaler`, `init_device_mesh`; the
-  value of a `device=`, `device_type=`, `map_location=`, `device_map=` or `default=` keyword
-  or of a `"device"` key in a dict literal; the whole value assigned to a name or attribute,
-  returned from a function, or given as a parameter default. Branches of `a if c else b`
-  and `a or b` count. Comparisons (`device.type == "cuda"`), lists (`choices=[...]`),
-  prints and docstrings do not.
-- `float64`: float64 requested for computation: `.double()`, and `torch.float64` /
-  `torch.double` as a `dtype=` value, an argument of `.to(...)` / `.type(...)` or of
-  `torch.set_default_dtype`. A call that also names the CPU (`x.to("cpu", torch.float64)`,
-  `x.cpu().double()`) is exempt: float64 on the host is fine. Mentions (dict keys,
-  comparisons such as `x.dtype == torch.float64`) are not findings.
-- `inference-mode`: `torch.inference_mode` as a `with` context or a decorator. Whether
-  compiled code runs inside cannot be known statically, so every such region is flagged:
-  `torch.no_grad()` is the portable choice.
-- `to-int-device`: `.to(N)` with an integer literal, `int(...)`, or a name whose last part is
-  `rank`, `local_rank`, `gpu`, `gpu_id`, `device_id`, `device_index` (`x.to(args.local_rank)`).
-- `set-device-index`: `set_device(...)` / `set_device_index(...)` with anything but the
-  literal 0. It wins over `torch-cuda-call` for `torch.cuda.set_device(local_rank)`.
-- The other rules match names after resolving imports anywhere in the file (flow-insensitive):
-  `import torch.cuda as tc`, `from torch import cuda`, `from torch.cuda.amp import autocast`
-  and `from torch.backends import cudnn` all resolve to the `torch.` names.
+- `must-change`: the line ties the code to CUDA; port it.
+- `guarded`: CUDA-only code inside an explicit guard (`if device.type == "cuda":`,
+  `if torch.cuda.is_available():`, the else-branch of their negation). It is correct as it
+  stands; review it. A guard that probes for CUDA is never to be "fixed" into a probe that is
+  also true on a TPU (`torch.accelerator.is_available()`).
+- `note`: worth knowing, but not a tie (float64 in a file that never names a device,
+  `torch.inference_mode` in a file that never compiles, a file skipped for its size).
 
-Each node gives at most one finding. Code that is CUDA-specific on purpose (a branch that runs
-only when `device.type == "cuda"`) can say so on its line: `# tpuready: ignore` silences every
-rule on that line, `# tpuready: ignore[float64, pin-memory]` only those rules.
+Each node gives at most one finding. `# tpuready: ignore` in a real comment (read with
+`tokenize`) silences every rule on its line, `# tpuready: ignore[float64, pin-memory]` only
+those rules. Notebooks are read cell by cell: cells are numbered among code cells from 1 and
+lines within the cell (`notebook.ipynb:cell 3:line 2`); cells tagged exactly
+`cuda-on-purpose` are exempt; line magics and shell lines go through IPython's own
+`TransformerManager` (line numbers kept); `%%time`, `%%timeit`, `%%capture`, `%%prun` and
+`%%writefile NAME.py` cells are Python, other cell magics are skipped. Imports anywhere in a
+file or notebook resolve names everywhere in it (`import torch.cuda as tc`,
+`from torch.backends import cudnn`, and a module alias such as `device_module = torch.cuda`).
 
-Notebooks are read cell by cell. Cells are numbered 1, 2, ... among code cells only (markdown
-cells are skipped), which is the execution count of a notebook run top to bottom; lines are
-counted within the cell: `notebook.ipynb:cell 3:line 2`. Code cells tagged `cuda-on-purpose`
-are exempt. IPython line magics and shell lines (`%matplotlib`, `!pip`, `x = !ls`, `obj?`)
-become `pass` when the cell does not parse as it is; cells starting with `%%time`,
-`%%timeit`, `%%capture`, `%%prun` or `%%writefile NAME.py` are read as Python, other cell
-magics (`%%bash`, `%%html`, ...) are skipped. Imports anywhere in the notebook resolve names in
-every cell.
+A file or cell that does not parse gives one `syntax-error` finding and the scan goes on;
+syntax newer than the running Python is said to be so. Text with no trigger word at all (no
+"cuda", ".to(", "double", ...) is not even parsed, since no rule could fire in it, and a
+statement without one is not walked. Files over `MAX_FILE_BYTES` are skipped with a
+`skipped-file` note, which bounds memory. Columns count characters, not bytes. A tree of over
+2 MB is audited by one worker process per CPU.
 
-A file or cell that does not parse gives one `syntax-error` finding (so the command exits
-with 1) and the scan goes on with the next file or cell.
+The rules (generated from `RULE_TABLE`, one entry per rule):
 """
 
 from __future__ import annotations
 
 import ast
-import io
+import bisect
+import contextlib
+import itertools
 import json
 import os
 import re
-import tokenize
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from tpuready.accelerator_api import equivalent_for
+from tpuready.audit_sources import (
+    CUDA_ON_PURPOSE_TAG,
+    MAX_FILE_BYTES,
+    SKIPPED_DIRECTORIES,
+    AuditConfig,
+    AuditInputError,
+    find_source_files,
+    ignored_rules_by_line,
+    is_too_large,
+    load_config,
+    needs_newer_python,
+    parse_python,
+    python_of_ipython,
+    read_notebook_cells,
+    read_python,
+)
 
 __all__ = [
     "CUDA_ON_PURPOSE_TAG",
+    "GUARDED",
+    "MAX_FILE_BYTES",
+    "MUST_CHANGE",
+    "NOTE",
     "RULES",
+    "RULE_TABLE",
+    "SEVERITIES",
     "SKIPPED_DIRECTORIES",
+    "AuditConfig",
     "AuditInputError",
+    "AuditResult",
     "Finding",
+    "Rule",
     "audit_code",
     "audit_file",
     "audit_notebook",
     "audit_source",
     "find_source_files",
+    "format_github",
     "format_json",
     "format_text",
+    "load_config",
+    "run_audit",
 ]
 
-CUDA_ON_PURPOSE_TAG = "cuda-on-purpose"
-
-# Folders never entered when a folder is scanned (hidden folders are skipped as well).
-# A path named explicitly on the command line is always scanned.
-SKIPPED_DIRECTORIES: frozenset[str] = frozenset(
-    {".venv", "venv", ".git", "_build", "__pycache__", "node_modules", "site-packages"}
-)
-
-RULES: Mapping[str, str] = MappingProxyType(
-    {
-        "cuda-method": "`.cuda()` on a tensor or module",
-        "torch-cuda-call": "a `torch.cuda.*` name, with its `torch.accelerator` equivalent",
-        "cuda-device-string": '`"cuda"` / `"cuda:N"` used as a device or device type',
-        "cuda-amp": "`torch.cuda.amp` (autocast, GradScaler, custom_fwd, ...)",
-        "cudnn-setting": "a `torch.backends.cudnn` setting (benchmark, deterministic, ...)",
-        "cuda-backend-setting": "a `torch.backends.cuda` setting (matmul.allow_tf32, ...)",
-        "pin-memory": "`pin_memory=True` written unconditionally",
-        "to-int-device": "`.to(<int>)`: an integer device index",
-        "set-device-index": "`set_device(i)` / `set_device_index(i)` with i that may not be 0",
-        "nccl-backend": '`init_process_group("nccl")` / `backend="nccl"` hard-coded',
-        "float64": "float64 requested for computation (`.double()`, `dtype=torch.float64`)",
-        "inference-mode": "`torch.inference_mode` as a `with` context or decorator",
-        "syntax-error": "a file or notebook cell that does not parse (nothing in it was checked)",
-    }
-)
+MUST_CHANGE = "must-change"
+GUARDED = "guarded"
+NOTE = "note"
+# Most severe first: the order of the text report and of `--severity`.
+SEVERITIES: tuple[str, ...] = (MUST_CHANGE, GUARDED, NOTE)
+_SEVERITY_HEADINGS = {
+    MUST_CHANGE: "must change",
+    GUARDED: "guarded: review (CUDA-only code inside a CUDA guard, correct as it stands)",
+    NOTE: "notes",
+}
 
 CHOOSE_DEVICE = (
     'device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
 )
 _GUARD_ADVICE = 'or run it only when device.type == "cuda"'
 _ONE_DEVICE_PER_PROCESS = "TorchTPU runs one process per device and each sees it as index 0"
+_PROBE_ADVICE = (
+    "keep it: it detects CUDA on purpose and guards CUDA-only code; do not replace it with "
+    "torch.accelerator.is_available(), which is also true on a TPU"
+)
 
 _CUDA_DEVICE_LITERAL = re.compile(r"cuda(:\d+)?")
+_DEVICE_WORDS = frozenset({"cpu", "cuda", "mps", "xpu", "tpu", "meta", "hpu", "npu", "auto"})
 # Calls whose first positional argument is a device, and whether it is a device *type*.
 _DEVICE_FIRST_ARGUMENT: Mapping[str, bool] = MappingProxyType(
     {
@@ -136,11 +144,13 @@ _DEVICE_KEYWORDS: Mapping[str, bool] = MappingProxyType(
         "device_type": True,
         "map_location": False,
         "device_map": False,
+        "pin_memory_device": True,
         "default": False,  # argparse: add_argument("--device", default="cuda")
     }
 )
 _DEVICE_DICT_KEYS = frozenset({"device", "device_type", "map_location", "device_map"})
 _RANK_LIKE_NAME = re.compile(r"(?:^|_)(?:rank|gpu|gpu_id|gpu_index|device_id|device_index)$")
+_CUDA_FLAG_NAME = re.compile(r"(?:^|_)(?:is_|use_|has_|on_)?cuda(?:_available)?$", re.IGNORECASE)
 _FLOAT64_NAMES = frozenset({"torch.float64", "torch.double"})
 _INFERENCE_MODE_NAMES = frozenset(
     {
@@ -149,43 +159,51 @@ _INFERENCE_MODE_NAMES = frozenset(
         "torch.autograd.grad_mode.inference_mode",
     }
 )
-_CUDNN_SUGGESTIONS: Mapping[str, str] = MappingProxyType(
+# Calls and attributes that exist to detect CUDA (or ROCm, which answers to the same names).
+_CUDA_PROBES = frozenset(
     {
-        "benchmark": 'remove it, or set it only when device.type == "cuda" '
-        "(cuDNN autotuning has no TPU counterpart)",
-        "deterministic": "torch.use_deterministic_algorithms(True), the backend-neutral switch",
-        "allow_tf32": 'torch.set_float32_matmul_precision("high")',
-        "enabled": "remove it: cuDNN is never used off CUDA GPUs",
+        "torch.cuda.is_available",
+        "torch.cuda.device_count",
+        "torch.cuda.get_device_capability",
+        "torch.cuda.is_bf16_supported",
+        "torch.backends.cudnn.is_available",
+        "torch.version.cuda",
+        "torch.version.hip",
     }
 )
-_CUDA_BACKEND_SUGGESTIONS: Mapping[str, str] = MappingProxyType(
+# `torch.cuda.*` names tpuready.accelerator_api has no row for, with the portable spelling.
+_EXTRA_EQUIVALENTS: Mapping[str, str] = MappingProxyType(
     {
-        "matmul.allow_tf32": 'torch.set_float32_matmul_precision("high")',
-        "sdp_kernel": "torch.nn.attention.sdpa_kernel(...), " + _GUARD_ADVICE,
+        "CUDAGraph": "torch.accelerator.Graph() (capture_begin / capture_end / replay)",
+        "graph": "torch.accelerator.Graph() with g.capture_begin(); ...; g.capture_end(); "
+        "then g.replay()",
+        "stream": "`with stream:` where stream is a torch.Stream (a stream is its own "
+        "context manager)",
+        "get_device_capability": "no portable compute capability exists: keep it inside "
+        '`if device.type == "cuda":` (torch.accelerator.get_device_capability() returns a '
+        "dict in torch 2.13, so comparing it with (major, minor) breaks)",
     }
 )
-
-# Cell magics whose body is Python; `%%writefile` counts when it writes a .py file.
-_PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
-_IPYTHON_ONLY_LINE = re.compile(r"^(\s*)(?:[!%]|[\w.\[\], ]+=\s*[!%]|[\w.]+\?{1,2}\s*$)")
-# Every rule needs one of these in the source text (an import of torch.cuda contains "cuda").
+_CUDA_TENSOR_TYPE = re.compile(r"torch\.cuda\.\w*Tensor")
+_BACKEND_CALLS = frozenset({"init_process_group", "new_group"})
+_DDP_NAMES = frozenset({"DistributedDataParallel", "DDP"})
+_ENVIRON_CALLS = frozenset(
+    {"os.environ.get", "os.environ.setdefault", "os.environ.pop", "os.getenv", "os.putenv"}
+)
 _TRIGGER_WORDS = (
     "cuda",
+    "CUDA",
     "cudnn",
     "pin_memory",
-    ".to",
+    ".to(",
     "set_device",
     "double",
     "float64",
     "inference_mode",
+    "device_ids",
 )
-_IGNORE_PRAGMA = re.compile(r"#\s*tpuready:\s*ignore(?:\[(?P<rules>[^\]]*)\])?")
 
 PathArgument = str | os.PathLike[str]
-
-
-class AuditInputError(ValueError):
-    """A path the audit cannot read: missing, of an unsupported type, or not decodable."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,7 +211,8 @@ class Finding:
     """One line that ties code to CUDA, with the portable spelling to write instead.
 
     `cell` is None for .py files; for notebooks it counts code cells from 1 and `line` is
-    the line within that cell. `line` and `column` are 1-based.
+    the line within that cell. `line` and `column` (characters) are 1-based. `severity` is
+    one of `SEVERITIES`. `--format json` writes these fields, in this order.
     """
 
     path: str
@@ -201,6 +220,7 @@ class Finding:
     line: int
     column: int
     rule: str
+    severity: str = MUST_CHANGE
     message: str
     suggestion: str
 
@@ -224,39 +244,7 @@ class Finding:
 
 
 # --------------------------------------------------------------------------------------------
-# Reading names
-
-
-def _statements(tree: ast.AST) -> Iterator[ast.AST]:
-    """Every statement of a tree, nested ones included, without visiting expressions
-    (imports are statements, so this finds them all at a fraction of `ast.walk`'s cost)."""
-    pending = [tree]
-    while pending:
-        node = pending.pop()
-        yield node
-        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
-            children = getattr(node, field, None)
-            if isinstance(children, list):
-                pending.extend(children)
-
-
-def _collect_aliases(trees: Iterable[ast.AST]) -> dict[str, str]:
-    """Map each imported local name to its full dotted name (`tc` -> `torch.cuda`)."""
-    aliases = {"torch": "torch"}
-    for tree in trees:
-        for node in _statements(tree):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.asname:
-                        aliases[alias.asname] = alias.name
-                    else:
-                        top_level = alias.name.split(".")[0]
-                        aliases[top_level] = top_level
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                for alias in node.names:
-                    if alias.name != "*":
-                        aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-    return aliases
+# Small readers of syntax
 
 
 def _dotted_parts(node: ast.AST) -> list[str] | None:
@@ -276,26 +264,80 @@ def _is_true(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value is True
 
 
+def _is_false(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is False
+
+
 def _is_string(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
+def _string_value(node: ast.AST) -> str | None:
+    return node.value if _is_string(node) else None  # type: ignore[attr-defined]
+
+
+def _shown(node: ast.AST, limit: int = 60) -> str:
+    try:
+        text = ast.unparse(node)
+    except RecursionError:  # an expression nested deeper than unparse can follow
+        return "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _constant_fstring(node: ast.JoinedStr) -> str | None:
+    parts = [_string_value(value) for value in node.values]
+    return None if any(part is None for part in parts) else "".join(parts)  # type: ignore[arg-type]
+
+
+def _cuda_index(node: ast.AST) -> ast.AST | str | None:
+    """For a CUDA device text, the index it names: "0", an expression node, or None (`"cuda"`).
+    Returns False-y "" when the node is not CUDA device text at all; see `_is_cuda_device_text`."""
+    text = _string_value(node)
+    if text is not None:
+        return text.partition(":")[2] or None
+    if isinstance(node, ast.JoinedStr):
+        constant = _constant_fstring(node)
+        if constant is not None:
+            return constant.partition(":")[2] or None
+        formatted = [value for value in node.values if isinstance(value, ast.FormattedValue)]
+        return formatted[0].value if formatted else None
+    if isinstance(node, ast.BinOp):
+        return node.right
+    if isinstance(node, ast.Call) and node.args:
+        return node.args[0]
+    return None
+
+
 def _starts_with_cuda_index(node: ast.AST) -> bool:
-    return _is_string(node) and node.value.startswith("cuda:")  # type: ignore[attr-defined]
+    text = _string_value(node)
+    return text is not None and text.startswith("cuda:")
 
 
 def _is_cuda_device_text(node: ast.AST) -> bool:
-    """True for `"cuda"`, `"cuda:1"`, `f"cuda:{rank}"`, `"cuda:" + r`, `"cuda:%d" % r`,
-    `"cuda:{}".format(r)`."""
-    if _is_string(node):
-        return _CUDA_DEVICE_LITERAL.fullmatch(node.value) is not None  # type: ignore[attr-defined]
+    """True for `"cuda"`, `"cuda:1"`, `f"cuda"`, `f"cuda:{rank}"`, `"cuda:" + r`,
+    `"cuda:%d" % r`, `"cuda:{}".format(r)`."""
+    text = _string_value(node)
+    if text is not None:
+        return _CUDA_DEVICE_LITERAL.fullmatch(text) is not None
     if isinstance(node, ast.JoinedStr):
+        constant = _constant_fstring(node)
+        if constant is not None:
+            return _CUDA_DEVICE_LITERAL.fullmatch(constant) is not None
         return bool(node.values) and _starts_with_cuda_index(node.values[0])
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mod):
         return _starts_with_cuda_index(node.left)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         return node.func.attr == "format" and _starts_with_cuda_index(node.func.value)
     return False
+
+
+def _is_nccl(node: ast.AST) -> bool:
+    text = _string_value(node)
+    if text is not None:
+        return "nccl" in text.lower()
+    if isinstance(node, ast.IfExp):
+        return _is_nccl(node.body) or _is_nccl(node.orelse)
+    return (_dotted_parts(node) or [""])[-1] == "NCCL"
 
 
 def _is_cpu_device(node: ast.AST) -> bool:
@@ -319,50 +361,260 @@ def _names_the_cpu(call: ast.Call) -> bool:
     return any(_is_cpu_device(argument) for argument in arguments)
 
 
+def _choices_are_not_devices(call: ast.Call) -> bool:
+    """`choices=["cuda", "triton"]`: the option names kernels, so `default="cuda"` is not a
+    device."""
+    for keyword in call.keywords:
+        if keyword.arg == "choices" and isinstance(keyword.value, ast.List | ast.Tuple | ast.Set):
+            words = [_string_value(item) for item in keyword.value.elts]
+            return any(
+                word is not None and word.split(":")[0] not in _DEVICE_WORDS for word in words
+            )
+    return False
+
+
+def _last_name(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return ""
+
+
 # --------------------------------------------------------------------------------------------
-# The checker
+# What a whole file (or notebook) tells every rule
 
 
-class _Auditor(ast.NodeVisitor):
-    """Walks one parsed module or cell and collects findings; each node reports once."""
+_BACKEND_NAME_USE = re.compile(
+    r"(?:init_process_group\(\s*|\bbackend\s*=\s*)([A-Za-z_]\w*)\b(?!\s*[.(\[])"
+)
+_DEVICE_TYPE_NAME_USE = re.compile(
+    r"(?:autocast\(\s*|\bdevice_type\s*=\s*)([A-Za-z_]\w*)\b(?!\s*[.(\[])"
+)
+_DEVICE_WORD = re.compile(r"device|cuda|accelerator|tpu", re.IGNORECASE)
 
-    def __init__(self, aliases: Mapping[str, str], path: str, cell: int | None) -> None:
-        self.aliases = aliases
+
+@dataclass
+class _FileFacts:
+    aliases: dict[str, str]
+    compiles: bool
+    trees: Sequence[ast.AST]
+    backend_names: set[str] = field(default_factory=set)
+    device_type_names: set[str] = field(default_factory=set)
+    _names_a_device: bool | None = None
+
+    @property
+    def names_a_device(self) -> bool:
+        """True when code (not prose) names a device anywhere: a name, attribute or keyword
+        with device, cuda, accelerator or tpu in it, or a device string. Computed once, on the
+        first float64 finding, since it walks the whole tree."""
+        if self._names_a_device is None:
+            self._names_a_device = any(
+                _DEVICE_WORD.search(_node_word(node)) is not None
+                for tree in self.trees
+                for node in ast.walk(tree)
+            )
+        return self._names_a_device
+
+
+def _node_word(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.keyword):
+        return node.arg or ""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 12:
+        return node.value if node.value.split(":")[0] in _DEVICE_WORDS - {"cpu", "meta"} else ""
+    return ""
+
+
+def _statements(tree: ast.AST) -> Iterable[ast.AST]:
+    """Every statement of a tree, nested ones included, without visiting expressions."""
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        yield node
+        for field_name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            children = getattr(node, field_name, None)
+            if isinstance(children, list):
+                pending.extend(children)
+
+
+def _collect_facts(trees: Sequence[ast.AST], source: str) -> _FileFacts:
+    """Imports (and `name = torch.cuda` aliases) anywhere, whether the file compiles, whether
+    it names a device, and names that carry a backend or a device type to where it is used."""
+    aliases = {"torch": "torch"}
+    module_aliases: list[tuple[str, ast.AST]] = []
+    for tree in trees:
+        for node in _statements(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        aliases[alias.asname] = alias.name
+                    else:
+                        top_level = alias.name.split(".")[0]
+                        aliases[top_level] = top_level
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    if alias.name != "*":
+                        aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Attribute | ast.Name)
+            ):
+                module_aliases.append((node.targets[0].id, node.value))
+    for local, value in module_aliases:
+        parts = _dotted_parts(value)
+        if parts and parts[0] in aliases:
+            full = ".".join([aliases[parts[0]], *parts[1:]])
+            if full == "torch.cuda":
+                aliases[local] = full
+    facts = _FileFacts(
+        aliases=aliases,
+        compiles=re.search(r"\bcompile\s*\(", source) is not None,
+        trees=trees,
+    )
+    # Names that carry a value to where it is used, read from the text (a cheap stand-in for
+    # data flow; a match in a comment only makes an assignment to that name count).
+    if "nccl" in source:
+        facts.backend_names = set(_BACKEND_NAME_USE.findall(source))
+    if "device_type" in source or "autocast" in source:
+        facts.device_type_names = set(_DEVICE_TYPE_NAME_USE.findall(source))
+    return facts
+
+
+# --------------------------------------------------------------------------------------------
+# The walker: one pass over the tree, every rule looked up by node type
+
+
+_STATEMENT_TYPES = frozenset(
+    node_type
+    for node_type in vars(ast).values()
+    if isinstance(node_type, type) and issubclass(node_type, ast.stmt)
+)
+# Nodes no rule looks at and that hold nothing a rule looks at; never scheduled. Strings and
+# other plain values in node fields are skipped the same way.
+_LEAF_TYPES = frozenset(
+    {ast.Constant, str, int, bool, type(None)}
+    | {
+        node_type
+        for node_type in vars(ast).values()
+        if isinstance(node_type, type)
+        and issubclass(
+            node_type, ast.expr_context | ast.operator | ast.unaryop | ast.cmpop | ast.boolop
+        )
+    }
+)
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(node_type: type) -> tuple[str, ...]:
+    """The fields of a node type that may hold child nodes (names, ids and contexts do not)."""
+    fields = _CHILD_FIELDS.get(node_type)
+    if fields is None:
+        skipped = {
+            "ctx",
+            "id",
+            "attr",
+            "arg",
+            "name",
+            "type_comment",
+            "kind",
+            "level",
+            "module",
+            "conversion",
+            "is_async",
+        }
+        fields = tuple(field_name for field_name in node_type._fields if field_name not in skipped)  # type: ignore[attr-defined]
+        _CHILD_FIELDS[node_type] = fields
+    return fields
+
+
+_GUARDED_FLAG = 1  # inside the body of a CUDA guard
+_GUARD_TEST_FLAG = 2  # inside the test of a CUDA guard
+
+
+class _Auditor:
+    """Walks one parsed module or cell and collects findings; each node reports once.
+
+    A stack instead of recursion (a generated `a + b + ...` of 600 terms is deeper than
+    Python's recursion limit); parents are handled before their children, so a rule on a
+    call can silence the names inside it.
+    """
+
+    def __init__(self, facts: _FileFacts, path: str, cell: int | None, lines: list[str] | None):
+        self.facts = facts
+        self.aliases = facts.aliases
         self.path = path
         self.cell = cell
+        self.lines = lines  # only for non-ASCII text: columns in characters need it
         self.findings: list[Finding] = []
+        self.flags = 0
+        self.current_name: str | None = None  # the resolved name of the Name/Attribute visited
         self._reported: set[int] = set()
-        self._dispatch: dict[type, Callable[[Any], None]] = {}
-        self._pending: list[ast.AST] = []
 
-    # -- traversal ------------------------------------------------------------------------
-    # ast.NodeVisitor's dispatch, but with a stack instead of recursion (a generated
-    # `a + b + ... ` of 600 terms is deeper than Python's recursion limit) and the method
-    # lookup cached per node class. Parents are handled before their children, so a rule
-    # on a call can silence the names inside it.
+    def run(self, tree: ast.AST, trigger_counts: Sequence[int] | None = None) -> None:
+        """Check every node of `tree`. `trigger_counts[n]` counts the lines before line n+1
+        that hold a trigger word: a statement whose lines hold none is skipped whole, since
+        every finding needs one."""
+        checks = _CHECKS_BY_NODE_TYPE
+        pending: list[tuple[ast.AST, int]] = [(tree, 0)]
+        while pending:
+            node, flags = pending.pop()
+            if trigger_counts is not None and type(node) in _STATEMENT_TYPES:
+                start = node.lineno
+                decorators = getattr(node, "decorator_list", None)
+                if decorators:
+                    start = min(start, *(decorator.lineno for decorator in decorators))
+                end = min(node.end_lineno or start, len(trigger_counts) - 1)
+                if trigger_counts[end] == trigger_counts[start - 1]:
+                    continue
+            self.flags = flags
+            node_type = type(node)
+            if node_type is ast.Name or node_type is ast.Attribute:
+                # Every rule on names needs a `torch.` name: resolve it once, here.
+                self.current_name = self.imported_name(node)  # type: ignore[arg-type]
+                if self.current_name is None or not self.current_name.startswith("torch."):
+                    if node_type is ast.Name:
+                        continue
+                    self.current_name = None
+            if node_type is not ast.Attribute or self.current_name is not None:
+                for check in checks.get(node_type, ()):
+                    check(self, node)
+            if node_type is ast.Attribute:
+                # The chain `a.b.c` is checked as a whole; only a non-name base is visited.
+                base = node.value  # type: ignore[attr-defined]
+                while isinstance(base, ast.Attribute):
+                    base = base.value
+                if not isinstance(base, ast.Name):
+                    pending.append((base, flags))
+            elif node_type is ast.If or node_type is ast.IfExp:
+                polarity = self.guard_polarity(node)
+                test_flags = flags | _GUARD_TEST_FLAG if polarity is not None else flags
+                pending.append((node.test, test_flags))  # type: ignore[attr-defined]
+                body_flags = flags | _GUARDED_FLAG if polarity is True else flags
+                else_flags = flags | _GUARDED_FLAG if polarity is False else flags
+                for child, child_flags in ((node.body, body_flags), (node.orelse, else_flags)):  # type: ignore[attr-defined]
+                    if isinstance(child, list):
+                        pending.extend((item, child_flags) for item in child)
+                    else:
+                        pending.append((child, child_flags))
+            else:
+                for name in _child_fields(node_type):
+                    value = getattr(node, name, None)
+                    if type(value) is list:
+                        pending.extend(
+                            (item, flags) for item in value if type(item) not in _LEAF_TYPES
+                        )
+                    elif value is not None and type(value) not in _LEAF_TYPES:
+                        pending.append((value, flags))
 
-    def visit(self, node: ast.AST) -> None:
-        self._pending = [node]
-        while self._pending:
-            current = self._pending.pop()
-            method = self._dispatch.get(type(current))
-            if method is None:
-                method = getattr(self, "visit_" + type(current).__name__, self.generic_visit)
-                self._dispatch[type(current)] = method
-            method(current)
+    # -- names ----------------------------------------------------------------------------
 
-    def generic_visit(self, node: ast.AST) -> None:
-        """Schedule the children of `node` (contexts such as Load and Store have none to check)."""
-        for field in node._fields:
-            value = getattr(node, field, None)
-            if isinstance(value, list):
-                self._pending.extend(item for item in value if isinstance(item, ast.AST))
-            elif isinstance(value, ast.AST) and not isinstance(value, ast.expr_context):
-                self._pending.append(value)
-
-    # -- helpers --------------------------------------------------------------------------
-
-    def _qualify(self, node: ast.AST) -> str | None:
+    def qualify(self, node: ast.AST) -> str | None:
         """Full dotted name of a name or attribute chain whose head was imported."""
         parts = _dotted_parts(node)
         if parts is None:
@@ -372,353 +624,880 @@ class _Auditor(ast.NodeVisitor):
             return None
         return ".".join([head, *parts[1:]])
 
-    def _report(
+    def imported_name(self, node: ast.Name | ast.Attribute) -> str | None:
+        """The full name of a name or outermost attribute chain that resolves through an
+        import, or None (`x` that was never imported, `torch` itself)."""
+        if isinstance(node, ast.Name):
+            if not isinstance(node.ctx, ast.Load):
+                return None
+            name = self.aliases.get(node.id)
+            return name if name is not None and name != node.id else None
+        return self.qualify(node)
+
+    # -- guards ---------------------------------------------------------------------------
+
+    def is_cuda_test(self, node: ast.AST) -> bool | None:
+        """True when `node` is true exactly on CUDA, False when exactly off CUDA, else None."""
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            inner = self.is_cuda_test(node.operand)
+            return None if inner is None else not inner
+        if isinstance(node, ast.BoolOp):
+            results = [self.is_cuda_test(value) for value in node.values]
+            if isinstance(node.op, ast.And) and True in results:
+                return True
+            if isinstance(node.op, ast.Or) and False in results:
+                return False
+            return None
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            sides = (node.left, node.comparators[0])
+            if any(_string_value(side) in ("cuda", "cuda:0") for side in sides):
+                if isinstance(node.ops[0], ast.Eq | ast.In | ast.Is):
+                    return True
+                if isinstance(node.ops[0], ast.NotEq | ast.NotIn | ast.IsNot):
+                    return False
+            return True if any(self._is_probe(side) for side in sides) else None
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "startswith"
+            and node.args
+            and _string_value(node.args[0]) == "cuda"
+        ):
+            return True
+        return True if self._is_probe(node) else None
+
+    def _is_probe(self, node: ast.AST) -> bool:
+        while isinstance(node, ast.Subscript):
+            node = node.value
+        if isinstance(node, ast.Call):
+            node = node.func
+        if not isinstance(node, ast.Name | ast.Attribute):
+            return False
+        name = self.qualify(node)
+        if name in _CUDA_PROBES:
+            return True
+        return _CUDA_FLAG_NAME.search(_last_name(node)) is not None
+
+    def guard_polarity(self, node: ast.If | ast.IfExp) -> bool | None:
+        """True: the body runs only on CUDA; False: the else-branch does; None: not a guard.
+        An `if` whose body chooses the device (`device = "cuda"`) is a choice, not a guard."""
+        polarity = self.is_cuda_test(node.test)
+        if polarity is None:
+            return None
+        chosen = node.body if polarity else node.orelse
+        statements = chosen if isinstance(chosen, list) else []
+        for statement in statements:
+            if isinstance(statement, ast.Assign) and _device_choice(statement.value):
+                return None
+        if isinstance(chosen, ast.AST) and _is_cuda_device_text(chosen):
+            return None
+        return polarity
+
+    # -- reporting ------------------------------------------------------------------------
+
+    def already_reported(self, node: ast.AST) -> bool:
+        return id(node) in self._reported
+
+    def silence(self, node: ast.AST) -> None:
+        """Mark `node` and everything under it as reported (one finding per expression)."""
+        for inner in ast.walk(node):
+            self._reported.add(id(inner))
+
+    def report(
         self,
         rule: str,
         node: ast.AST,
         message: str,
-        suggestion: str,
+        suggestion: str | None = None,
         *,
+        severity: str | None = None,
         at_attribute: bool = False,
     ) -> None:
         if id(node) in self._reported:
             return
         self._reported.add(id(node))
+        entry = RULE_BY_ID[rule]
+        severity = severity or entry.severity
+        suggestion = suggestion or entry.advice
+        if severity == MUST_CHANGE and self.flags & _GUARD_TEST_FLAG:
+            severity, suggestion = GUARDED, _PROBE_ADVICE
+            message += " (a CUDA guard)"
+        elif severity == MUST_CHANGE and self.flags & _GUARDED_FLAG:
+            severity = GUARDED
+            message += " (inside a CUDA-only guard: correct as it stands)"
         if at_attribute and isinstance(node, ast.Attribute) and node.end_lineno is not None:
             # `model\n    .cuda()`: point at the line that holds `.cuda`, not at `model`.
             line = node.end_lineno
-            column = (node.end_col_offset or 0) - len(node.attr) + 1
+            byte_column = (node.end_col_offset or 0) - len(node.attr.encode("utf-8"))
         else:
             line = node.lineno  # type: ignore[attr-defined]
-            column = node.col_offset + 1  # type: ignore[attr-defined]
+            byte_column = node.col_offset  # type: ignore[attr-defined]
         self.findings.append(
             Finding(
                 path=self.path,
                 cell=self.cell,
                 line=line,
-                column=column,
+                column=self._character_column(line, byte_column) + 1,
                 rule=rule,
+                severity=severity,
                 message=message,
                 suggestion=suggestion,
             )
         )
 
-    def _check_device_value(self, node: ast.AST, *, as_type: bool) -> None:
+    def _character_column(self, line: int, byte_column: int) -> int:
+        """`ast` counts columns in UTF-8 bytes; editors count characters."""
+        if self.lines is None or not 0 < line <= len(self.lines):
+            return byte_column
+        text = self.lines[line - 1]
+        return len(text.encode("utf-8")[:byte_column].decode("utf-8", errors="ignore"))
+
+    # -- shared by several rules ------------------------------------------------------------
+
+    def check_device_value(self, node: ast.AST, *, as_type: bool) -> None:
         """Report a CUDA device string used where a device (or device type) is expected."""
         if isinstance(node, ast.IfExp):
-            self._check_device_value(node.body, as_type=as_type)
-            self._check_device_value(node.orelse, as_type=as_type)
+            polarity = self.is_cuda_test(node.test)
+            chosen = node.body if polarity else node.orelse
+            if polarity is not None and _is_cuda_device_text(chosen):
+                # `"cuda" if torch.cuda.is_available() else "cpu"`: one finding, the choice.
+                target = "device.type" if as_type else "device"
+                self.report(
+                    "cuda-device-string",
+                    node,
+                    f"`{_shown(node)}` chooses a CUDA GPU or the CPU, never a TPU",
+                    f"{target}, where {CHOOSE_DEVICE}",
+                )
+                self.silence(node)
+                return
+            self.check_device_value(node.body, as_type=as_type)
+            self.check_device_value(node.orelse, as_type=as_type)
             return
         if isinstance(node, ast.BoolOp):
             for value in node.values:
-                self._check_device_value(value, as_type=as_type)
+                self.check_device_value(value, as_type=as_type)
             return
         if not _is_cuda_device_text(node):
             return
-        shown = ast.unparse(node)
+        shown = _shown(node)
+        index = _cuda_index(node)
         message = f"{shown} names a CUDA GPU only"
-        if not (_is_string(node) and node.value == "cuda"):  # type: ignore[attr-defined]
+        target = "device.type" if as_type else "device"
+        suggestion = f"{target}, where {CHOOSE_DEVICE}"
+        if index is not None:
             message += f"; {_ONE_DEVICE_PER_PROCESS}"
-        if as_type:
-            suggestion = f"device.type, where {CHOOSE_DEVICE}"
-        else:
-            suggestion = f"device, where {CHOOSE_DEVICE}"
-        self._report("cuda-device-string", node, message, suggestion)
-
-    def _check_qualified_name(self, name: str, node: ast.AST) -> None:
-        """Rules that depend only on the full name: torch.cuda.*, cudnn and cuda backends."""
-        if name == "torch.cuda.amp" or name.startswith("torch.cuda.amp."):
-            self._report_cuda_amp(name, node)
-        elif name.startswith("torch.cuda."):
-            self._report_torch_cuda(name, node)
-        elif name.startswith("torch.backends.cudnn."):
-            setting = name.removeprefix("torch.backends.cudnn.")
-            suggestion = _CUDNN_SUGGESTIONS.get(
-                setting.split(".")[0], f"remove it, {_GUARD_ADVICE}"
-            )
-            self._report(
-                "cudnn-setting", node, f"`{name}` configures cuDNN, a CUDA library", suggestion
-            )
-        elif name.startswith("torch.backends.cuda."):
-            setting = name.removeprefix("torch.backends.cuda.")
-            suggestion = _CUDA_BACKEND_SUGGESTIONS.get(setting, f"remove it, {_GUARD_ADVICE}")
-            self._report(
-                "cuda-backend-setting", node, f"`{name}` configures CUDA kernels only", suggestion
-            )
-
-    def _report_torch_cuda(self, name: str, node: ast.AST) -> None:
-        entry = equivalent_for(name.removeprefix("torch.cuda."))
-        if entry is None:
-            self._report(
-                "torch-cuda-call",
-                node,
-                f"`{name}` works on CUDA GPUs only",
-                "no entry in tpuready.accelerator_api: look under torch.accelerator, "
-                + _GUARD_ADVICE,
-            )
-            return
-        message = f"`{name}` works on CUDA GPUs only"
-        if entry.refused_by_torch_tpu:
-            message += f" (and `torch.tpu.{entry.name}` raises in TorchTPU 0.2.0)"
-        suggestion = entry.replacement + (f" ({entry.note})" if entry.note else "")
-        self._report("torch-cuda-call", node, message, suggestion)
-
-    def _report_cuda_amp(self, name: str, node: ast.AST) -> None:
-        member = name.removeprefix("torch.cuda.")
-        entry = equivalent_for(member) if member != "amp" else None
-        if entry is not None:
-            suggestion = entry.replacement + (f" ({entry.note})" if entry.note else "")
-        elif member == "amp":
-            suggestion = "torch.amp, with device_type=device.type"
-        else:
-            suggestion = f"torch.{member}, with device_type=device.type"
-        self._report("cuda-amp", node, f"`{name}` is CUDA-only (and deprecated)", suggestion)
-
-    def _check_inference_mode(self, node: ast.AST) -> None:
-        target = node.func if isinstance(node, ast.Call) else node
-        if self._qualify(target) in _INFERENCE_MODE_NAMES:
-            self._report(
-                "inference-mode",
-                node,
-                "compiled code under torch.inference_mode crashes TorchTPU 0.2.0",
-                "torch.no_grad()",
-            )
-            self._reported.add(id(target))
-
-    # -- calls ----------------------------------------------------------------------------
-
-    def visit_Call(self, node: ast.Call) -> None:
-        func = node.func
-        name = self._qualify(func)
-        method = func.attr if isinstance(func, ast.Attribute) else None
-        if name is not None:
-            last = name.rsplit(".", 1)[-1]
-        else:
-            last = method or (func.id if isinstance(func, ast.Name) else "")
-
-        if method == "cuda" and name != "torch.cuda":
-            self._report(
-                "cuda-method",
-                func,
-                "`.cuda()` moves to a CUDA GPU only",
-                ".to(device)",
-                at_attribute=True,
-            )
-        if method == "to":
-            self._check_integer_device(node)
-            for argument in node.args:
-                self._check_device_value(argument, as_type=False)
-        if last in {"set_device", "set_device_index"}:
-            self._check_set_device(node)
-        if last in {"init_process_group", "new_group"}:
-            self._check_process_group_backend(node, positional=last == "init_process_group")
-        if name in _DEVICE_FIRST_ARGUMENT and node.args:
-            self._check_device_value(node.args[0], as_type=_DEVICE_FIRST_ARGUMENT[name])
-        self._check_float64(node, method, name)
-        for keyword in node.keywords:
-            if keyword.arg in _DEVICE_KEYWORDS:
-                self._check_device_value(keyword.value, as_type=_DEVICE_KEYWORDS[keyword.arg])
-            elif keyword.arg == "pin_memory" and _is_true(keyword.value):
-                self._report(
-                    "pin-memory",
-                    keyword,
-                    "pin_memory=True pins host memory even with no accelerator to copy to "
-                    "(PyTorch warns on a CPU-only machine)",
-                    "pin_memory=torch.accelerator.is_available()",
+            index_text = index if isinstance(index, str) else _shown(index, 30)
+            if not as_type and index_text != "0":
+                suggestion = (
+                    _per_rank_advice(index_text)
+                    + " (a torchrun port that uses current_accelerator() alone puts every rank "
+                    "on device 0 of a CUDA host)"
                 )
-        self.generic_visit(node)
+        self.report("cuda-device-string", node, message, suggestion)
 
-    def _check_integer_device(self, call: ast.Call) -> None:
-        candidates = call.args[:1] + [kw.value for kw in call.keywords if kw.arg == "device"]
-        for argument in candidates:
-            if (
-                isinstance(argument, ast.Constant)
-                and isinstance(argument.value, int)
-                and not isinstance(argument.value, bool)
-            ):
-                shown = str(argument.value)
-            elif isinstance(argument, ast.Call) and _dotted_parts(argument.func) == ["int"]:
-                shown = ast.unparse(argument)
-            else:
-                parts = _dotted_parts(argument)
-                if parts is None or not _RANK_LIKE_NAME.search(parts[-1]):
-                    continue
-                shown = ".".join(parts)
-            self._report(
-                "to-int-device",
-                argument,
-                f"`.to({shown})` reads an integer as an accelerator index, which TorchTPU "
-                "ignores (TorchTPU issue #4164)",
-                ".to(device), with device chosen once per process",
-            )
 
-    def _check_set_device(self, call: ast.Call) -> None:
-        arguments = call.args[:1] + [kw.value for kw in call.keywords if kw.arg == "device"]
-        if not arguments:
-            return
-        argument = arguments[0]
-        if isinstance(argument, ast.Constant) and argument.value == 0:
-            return
-        self._reported.add(id(call.func))  # one finding for torch.cuda.set_device(rank)
-        self._report(
-            "set-device-index",
-            call,
-            f"`{ast.unparse(call.func)}({ast.unparse(argument)})` picks a device by index; "
-            "on TorchTPU set_device(i) for another index raises",
-            f"choose device once per process ({_ONE_DEVICE_PER_PROCESS}); call "
-            "torch.accelerator.set_device_index(i) only where a process sees several devices",
-        )
+def _per_rank_advice(index: str) -> str:
+    """The per-process device of a torchrun port, right on a CUDA host (one process per GPU,
+    each sees them all) and on TorchTPU (each process sees one device, index 0)."""
+    return (
+        f"index = {index} if torch.accelerator.device_count() > 1 else 0; "
+        "torch.accelerator.set_device_index(index); device = torch.device(device_type, index), "
+        "where device_type = torch.accelerator.current_accelerator().type (TorchTPU gives each "
+        "process one device, index 0)"
+    )
 
-    def _check_process_group_backend(self, call: ast.Call, *, positional: bool) -> None:
-        candidates = [kw.value for kw in call.keywords if kw.arg == "backend"]
-        if positional:
-            candidates += call.args[:1]
-        for value in candidates:
-            is_nccl = (_is_string(value) and "nccl" in value.value.lower()) or (  # type: ignore[attr-defined]
-                (_dotted_parts(value) or [""])[-1] == "NCCL"
-            )
-            if is_nccl:
-                self._report(
-                    "nccl-backend",
-                    value,
-                    f"backend {ast.unparse(value)} exists for CUDA GPUs only",
-                    "dist.init_process_group() with no backend: PyTorch picks one per device "
-                    "type (gloo on CPU, nccl on CUDA, tpu_dist on TorchTPU)",
-                )
 
-    def _check_float64(self, call: ast.Call, method: str | None, name: str | None) -> None:
-        if _names_the_cpu(call):
-            return
-        if method == "double" and not call.args and not call.keywords:
-            receiver = call.func.value  # type: ignore[attr-defined]
-            if not (isinstance(receiver, ast.Call) and _names_the_cpu(receiver)):
-                self._report(
-                    "float64",
-                    call.func,
-                    "`.double()` asks for float64, which TPUs cannot run fast",
-                    ".float() (keep float64 for checks on the CPU: `.cpu().double()`)",
-                    at_attribute=True,
-                )
-        dtype_values = [kw.value for kw in call.keywords if kw.arg == "dtype"]
-        if method in {"to", "type"} or name == "torch.set_default_dtype":
-            dtype_values += call.args
-        for value in dtype_values:
-            if self._qualify(value) in _FLOAT64_NAMES:
-                self._report(
-                    "float64",
-                    value,
-                    f"`{ast.unparse(value)}` asks for float64, which TPUs cannot run fast",
-                    "torch.float32 (or bfloat16); keep float64 for checks on the CPU",
-                )
-
-    # -- names ----------------------------------------------------------------------------
-
-    def visit_Attribute(self, node: ast.Attribute) -> None:
-        # Only the outermost attribute of a chain gets here: the chain is checked as a whole.
-        base: ast.AST = node
-        while isinstance(base, ast.Attribute):
-            base = base.value
-        if isinstance(base, ast.Name):
-            name = self._qualify(node)
-            if name is not None and id(node) not in self._reported:
-                self._check_qualified_name(name, node)
-        else:
-            self._pending.append(base)
-
-    def visit_Name(self, node: ast.Name) -> None:
-        if isinstance(node.ctx, ast.Load) and id(node) not in self._reported:
-            name = self.aliases.get(node.id)
-            if name is not None and name != node.id:
-                self._check_qualified_name(name, node)
-
-    # -- places where a device string is a device -----------------------------------------
-
-    def visit_Assign(self, node: ast.Assign) -> None:
-        self._check_device_value(node.value, as_type=False)
-        self.generic_visit(node)
-
-    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
-        if node.value is not None:
-            self._check_device_value(node.value, as_type=False)
-        self.generic_visit(node)
-
-    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
-        self._check_device_value(node.value, as_type=False)
-        self.generic_visit(node)
-
-    def visit_Return(self, node: ast.Return) -> None:
-        if node.value is not None:
-            self._check_device_value(node.value, as_type=False)
-        self.generic_visit(node)
-
-    def visit_Dict(self, node: ast.Dict) -> None:
-        for key, value in zip(node.keys, node.values, strict=True):
-            if key is not None and _is_string(key) and key.value in _DEVICE_DICT_KEYS:  # type: ignore[attr-defined]
-                self._check_device_value(value, as_type=key.value == "device_type")  # type: ignore[attr-defined]
-        self.generic_visit(node)
-
-    def _check_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> None:
-        defaults = [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]
-        for default in defaults:
-            self._check_device_value(default, as_type=False)
-        if not isinstance(node, ast.Lambda):
-            for decorator in node.decorator_list:
-                self._check_inference_mode(decorator)
-        self.generic_visit(node)
-
-    visit_FunctionDef = _check_function
-    visit_AsyncFunctionDef = _check_function
-    visit_Lambda = _check_function
-
-    def _check_with(self, node: ast.With | ast.AsyncWith) -> None:
-        for item in node.items:
-            self._check_inference_mode(item.context_expr)
-        self.generic_visit(node)
-
-    visit_With = _check_with
-    visit_AsyncWith = _check_with
+def _device_choice(value: ast.AST) -> bool:
+    """`"cuda"`, `torch.device("cuda")`: the value of a device choice."""
+    if _is_cuda_device_text(value):
+        return True
+    return (
+        isinstance(value, ast.Call)
+        and _last_name(value.func) == "device"
+        and bool(value.args)
+        and _is_cuda_device_text(value.args[0])
+    )
 
 
 # --------------------------------------------------------------------------------------------
-# Sources: strings, files, notebooks
+# The rules: one check function each, registered in RULE_TABLE below
 
 
-def _parse(source: str) -> ast.Module:
-    """`ast.parse`, with the other ways it refuses text (null bytes, nesting deeper than the
-    parser allows) turned into SyntaxError so they are reported like one."""
-    try:
-        return ast.parse(source)
-    except (ValueError, RecursionError, MemoryError) as error:
-        raise SyntaxError(f"{type(error).__name__}: {error}") from error
+def _check_cuda_method(audit: _Auditor, call: ast.Call) -> None:
+    func = call.func
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr == "cuda"
+        and audit.qualify(func) != "torch.cuda"
+    ):
+        audit.report("cuda-method", func, "`.cuda()` moves to a CUDA GPU only", at_attribute=True)
 
 
-def _syntax_error_finding(error: SyntaxError, path: str, cell: int | None) -> Finding:
+def _check_cuda_amp(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:
+    name = audit.current_name
+    if name is None or not (name == "torch.cuda.amp" or name.startswith("torch.cuda.amp.")):
+        return
+    member = name.removeprefix("torch.cuda.")
+    entry = equivalent_for(member) if member != "amp" else None
+    if entry is not None:
+        suggestion = entry.replacement + (f" ({entry.note})" if entry.note else "")
+    elif member == "amp":
+        suggestion = "torch.amp, with device_type=device.type"
+    else:
+        suggestion = f"torch.{member}, with device_type=device.type"
+    audit.report("cuda-amp", node, f"`{name}` is CUDA-only (and deprecated)", suggestion)
+
+
+def _check_cuda_tensor_type(audit: _Auditor, node: ast.AST) -> None:
+    if isinstance(node, ast.Call):
+        if _last_name(node.func) in {"set_default_tensor_type", "type"} and node.args:
+            text = _string_value(node.args[0])
+            if text is not None and _CUDA_TENSOR_TYPE.fullmatch(text):
+                audit.report(
+                    "cuda-tensor-type",
+                    node.args[0],
+                    f"{text!r} is a CUDA-only tensor type",
+                    "torch.set_default_dtype(...) and torch.set_default_device(device)"
+                    if _last_name(node.func) == "set_default_tensor_type"
+                    else ".to(device, dtype)",
+                )
+        return
+    name = audit.current_name
+    if name is not None and _CUDA_TENSOR_TYPE.fullmatch(name):
+        audit.report(
+            "cuda-tensor-type",
+            node,
+            f"`{name}` is a CUDA-only tensor type",
+            "torch.tensor(..., dtype=..., device=device) (or torch.empty with dtype and device)",
+        )
+
+
+def _check_profiler_activity(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:
+    name = audit.current_name
+    if name is not None and name.endswith("ProfilerActivity.CUDA"):
+        audit.report("cuda-profiler-activity", node, f"`{name}` profiles CUDA kernels only")
+
+
+def _check_torch_cuda(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:
+    name = audit.current_name
+    if name is None or not (name == "torch.cuda" or name.startswith("torch.cuda.")):
+        return
+    if name.startswith("torch.cuda.amp") or _CUDA_TENSOR_TYPE.fullmatch(name):
+        return
+    if name == "torch.cuda":
+        audit.report(
+            "torch-cuda-call",
+            node,
+            "the module `torch.cuda` held as a value works on CUDA GPUs only",
+            "torch.get_device_module(device) (or call torch.accelerator.* directly)",
+        )
+        return
+    member = name.removeprefix("torch.cuda.")
+    message = f"`{name}` works on CUDA GPUs only"
+    extra = _EXTRA_EQUIVALENTS.get(member)
+    if extra is not None:
+        audit.report("torch-cuda-call", node, message, extra)
+        return
+    entry = equivalent_for(member)
+    if entry is None:
+        audit.report(
+            "torch-cuda-call",
+            node,
+            message,
+            f"no entry in tpuready.accelerator_api: look under torch.accelerator, {_GUARD_ADVICE}",
+        )
+        return
+    if entry.refused_by_torch_tpu:
+        message += f" (and `torch.tpu.{entry.name}` raises in TorchTPU 0.2.0)"
+    audit.report(
+        "torch-cuda-call",
+        node,
+        message,
+        entry.replacement + (f" ({entry.note})" if entry.note else ""),
+    )
+
+
+def _setting_suggestion(setting: str, value: ast.AST | None) -> str:
+    """Advice for `torch.backends.cudnn.X = value` / `torch.backends.cuda.X = value` that
+    follows the value being assigned."""
+    shown = _shown(value) if value is not None else "..."
+    if setting == "deterministic":
+        if value is not None and _is_false(value):
+            return (
+                "remove it: non-deterministic algorithms are already allowed by default "
+                "(torch.use_deterministic_algorithms(False) is the backend-neutral spelling)"
+            )
+        argument = "True" if value is None else shown
+        return f"torch.use_deterministic_algorithms({argument}), the backend-neutral switch"
+    if setting == "benchmark":
+        return (
+            'remove it, or set it only when device.type == "cuda" '
+            "(cuDNN autotuning has no TPU counterpart)"
+        )
+    if setting == "allow_tf32":
+        return (
+            'remove it, or set it only when device.type == "cuda": it governs cuDNN '
+            "convolutions, and torch.set_float32_matmul_precision does not touch convolutions"
+        )
+    if setting == "matmul.allow_tf32":
+        if value is not None and _is_false(value):
+            return 'torch.set_float32_matmul_precision("highest") (the default: TF32 off)'
+        if value is not None and not _is_true(value):
+            return f'torch.set_float32_matmul_precision("high" if {shown} else "highest")'
+        return 'torch.set_float32_matmul_precision("high")'
+    if setting == "enabled":
+        return "remove it: cuDNN is never used off CUDA GPUs"
+    if setting == "sdp_kernel":
+        return "torch.nn.attention.sdpa_kernel(...), " + _GUARD_ADVICE
+    return f"remove it, {_GUARD_ADVICE}"
+
+
+def _check_backend_setting(
+    audit: _Auditor, node: ast.AST, prefix: str, rule: str, what: str
+) -> None:
+    if isinstance(node, ast.Assign):
+        for target in node.targets:
+            name = audit.qualify(target) if isinstance(target, ast.Attribute) else None
+            if name is not None and name.startswith(prefix):
+                setting = name.removeprefix(prefix)
+                audit.report(
+                    rule, target, f"`{name}` {what}", _setting_suggestion(setting, node.value)
+                )
+        return
+    name = audit.current_name
+    if name is not None and name.startswith(prefix) and name not in _CUDA_PROBES:
+        audit.report(
+            rule, node, f"`{name}` {what}", _setting_suggestion(name.removeprefix(prefix), None)
+        )
+    elif name in _CUDA_PROBES and name is not None and name.startswith(prefix):
+        audit.report(rule, node, f"`{name}` {what}", _PROBE_ADVICE)
+
+
+def _check_cudnn_setting(audit: _Auditor, node: ast.AST) -> None:
+    _check_backend_setting(
+        audit, node, "torch.backends.cudnn.", "cudnn-setting", "configures cuDNN, a CUDA library"
+    )
+
+
+def _check_cuda_backend_setting(audit: _Auditor, node: ast.AST) -> None:
+    _check_backend_setting(
+        audit, node, "torch.backends.cuda.", "cuda-backend-setting", "configures CUDA kernels only"
+    )
+
+
+def _check_device_string(audit: _Auditor, node: ast.AST) -> None:
+    if isinstance(node, ast.Call):
+        name = audit.qualify(node.func)
+        method = node.func.attr if isinstance(node.func, ast.Attribute) else None
+        if method == "to":
+            for argument in node.args:
+                audit.check_device_value(argument, as_type=False)
+        if name in _DEVICE_FIRST_ARGUMENT and node.args:
+            audit.check_device_value(node.args[0], as_type=_DEVICE_FIRST_ARGUMENT[name])
+        not_devices = _choices_are_not_devices(node)
+        for keyword in node.keywords:
+            if keyword.arg in _DEVICE_KEYWORDS and not (keyword.arg == "default" and not_devices):
+                if keyword.arg == "map_location" and isinstance(keyword.value, ast.Dict):
+                    values = [*keyword.value.keys, *keyword.value.values]
+                    if any(v is not None and _is_cuda_device_text(v) for v in values):
+                        audit.report(
+                            "cuda-device-string",
+                            keyword.value,
+                            f"map_location {_shown(keyword.value)} names CUDA GPUs only",
+                            f"map_location=device, where {CHOOSE_DEVICE}",
+                        )
+                    continue
+                audit.check_device_value(keyword.value, as_type=_DEVICE_KEYWORDS[keyword.arg])
+            elif keyword.arg == "type" and name == "torch.device":
+                audit.check_device_value(keyword.value, as_type=False)
+    elif isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        names = {_last_name(target) for target in targets}
+        as_type = any("type" in name for name in names) or bool(
+            names & audit.facts.device_type_names
+        )
+        if node.value is not None:
+            audit.check_device_value(node.value, as_type=as_type)
+    elif isinstance(node, ast.Return):
+        if node.value is not None:
+            audit.check_device_value(node.value, as_type=False)
+    elif isinstance(node, ast.Dict):
+        for key, value in zip(node.keys, node.values, strict=True):
+            key_text = _string_value(key) if key is not None else None
+            if key_text in _DEVICE_DICT_KEYS:
+                audit.check_device_value(value, as_type=key_text == "device_type")
+    elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        for default in [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]:
+            audit.check_device_value(default, as_type=False)
+
+
+def _check_pin_memory(audit: _Auditor, call: ast.Call) -> None:
+    for keyword in call.keywords:
+        if keyword.arg == "pin_memory" and _is_true(keyword.value):
+            audit.report(
+                "pin-memory",
+                keyword,
+                "pin_memory=True pins host memory even with no accelerator to copy to "
+                "(PyTorch warns on a CPU-only machine)",
+            )
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "pin_memory" and not call.args:
+        audit.report(
+            "pin-memory",
+            call.func,
+            "`.pin_memory()` pins host memory for copies to an accelerator, also where there is "
+            "none",
+            "call it only when torch.accelerator.is_available()",
+            at_attribute=True,
+        )
+
+
+def _check_integer_device(audit: _Auditor, call: ast.Call) -> None:
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "to"):
+        return
+    candidates = call.args[:1] + [kw.value for kw in call.keywords if kw.arg == "device"]
+    for argument in candidates:
+        if (
+            isinstance(argument, ast.Constant)
+            and isinstance(argument.value, int)
+            and not isinstance(argument.value, bool)
+        ):
+            shown = str(argument.value)
+        elif isinstance(argument, ast.Call) and _dotted_parts(argument.func) == ["int"]:
+            shown = _shown(argument)
+        else:
+            parts = _dotted_parts(argument)
+            if parts is None or not _RANK_LIKE_NAME.search(parts[-1]):
+                continue
+            shown = ".".join(parts)
+        audit.report(
+            "to-int-device",
+            argument,
+            f"`.to({shown})` reads an integer as an accelerator index, which TorchTPU "
+            "ignores (TorchTPU issue #4164)",
+        )
+
+
+def _check_set_device(audit: _Auditor, call: ast.Call) -> None:
+    if _last_name(call.func) not in {"set_device", "set_device_index"}:
+        return
+    if audit.qualify(call.func) in {
+        "torch.accelerator.set_device_index",
+        "torch.accelerator.set_device_idx",
+    }:
+        return  # the portable call this rule recommends
+    arguments = call.args[:1] + [kw.value for kw in call.keywords if kw.arg == "device"]
+    if not arguments or isinstance(arguments[0], ast.Starred):
+        return
+    argument = arguments[0]
+    if isinstance(argument, ast.Constant) and argument.value == 0:
+        return
+    audit.silence(call.func)  # one finding for torch.cuda.set_device(rank)
+    shown = _shown(argument, 30)
+    audit.report(
+        "set-device-index",
+        call,
+        f"`{_shown(call.func, 40)}({shown})` picks a device by index; on TorchTPU "
+        "set_device(i) for another index raises",
+        _per_rank_advice(shown),
+    )
+
+
+def _check_process_group_backend(audit: _Auditor, node: ast.AST) -> None:
+    if isinstance(node, ast.Assign):
+        names = {target.id for target in node.targets if isinstance(target, ast.Name)}
+        if names & audit.facts.backend_names and _is_nccl(node.value):
+            audit.report(
+                "nccl-backend",
+                node.value,
+                f"backend {_shown(node.value)} (passed to init_process_group later) exists for "
+                "CUDA GPUs only",
+            )
+        return
+    call: ast.Call = node  # type: ignore[assignment]
+    last = _last_name(call.func)
+    if last == "add_argument":
+        for keyword in call.keywords:
+            if keyword.arg == "default" and _string_value(keyword.value) == "nccl":
+                audit.report(
+                    "nccl-backend",
+                    keyword.value,
+                    'the option default "nccl" is a backend for CUDA GPUs only',
+                    "default=None, passed on as init_process_group(backend=args.backend): "
+                    "PyTorch then picks one per device type",
+                )
+        return
+    if last not in _BACKEND_CALLS:
+        return
+    candidates = [kw.value for kw in call.keywords if kw.arg == "backend"]
+    if last == "init_process_group":
+        candidates += call.args[:1]
+    for value in candidates:
+        if _is_nccl(value):
+            audit.report(
+                "nccl-backend", value, f"backend {_shown(value)} exists for CUDA GPUs only"
+            )
+
+
+def _check_ddp_device_ids(audit: _Auditor, call: ast.Call) -> None:
+    if _last_name(call.func) not in _DDP_NAMES:
+        return
+    for keyword in call.keywords:
+        if keyword.arg in {"device_ids", "output_device"} and not (
+            isinstance(keyword.value, ast.Constant) and keyword.value.value is None
+        ):
+            audit.report(
+                "ddp-device-ids",
+                keyword,
+                f"`{keyword.arg}={_shown(keyword.value, 30)}` names CUDA GPUs by index",
+            )
+
+
+def _check_float64(audit: _Auditor, call: ast.Call) -> None:
+    if _names_the_cpu(call):
+        return
+    func = call.func
+    method = func.attr if isinstance(func, ast.Attribute) else None
+    name = audit.qualify(func)
+    is_double = method == "double" and not call.args and not call.keywords
+    dtype_values = [kw.value for kw in call.keywords if kw.arg == "dtype"]
+    if method in {"to", "type"} or name == "torch.set_default_dtype":
+        dtype_values += call.args
+    if not is_double and not dtype_values:
+        return
+    severity = MUST_CHANGE if audit.facts.names_a_device else NOTE
+    tail = "" if severity == MUST_CHANGE else " (nothing in this file names a device: a note)"
+    if is_double:
+        receiver = func.value  # type: ignore[union-attr]
+        if not (isinstance(receiver, ast.Call) and _names_the_cpu(receiver)):
+            audit.report(
+                "float64",
+                func,
+                "`.double()` asks for float64, which TPUs cannot run fast" + tail,
+                ".float() (keep float64 for checks on the CPU: `.cpu().double()`)",
+                severity=severity,
+                at_attribute=True,
+            )
+    for value in dtype_values:
+        if audit.qualify(value) in _FLOAT64_NAMES:
+            audit.report(
+                "float64",
+                value,
+                f"`{_shown(value)}` asks for float64, which TPUs cannot run fast" + tail,
+                severity=severity,
+            )
+
+
+def _check_inference_mode(audit: _Auditor, node: ast.AST) -> None:
+    if isinstance(node, ast.With | ast.AsyncWith):
+        candidates = [item.context_expr for item in node.items]
+    else:
+        candidates = list(node.decorator_list)  # type: ignore[attr-defined]
+    for candidate in candidates:
+        target = candidate.func if isinstance(candidate, ast.Call) else candidate
+        if audit.qualify(target) not in _INFERENCE_MODE_NAMES:
+            continue
+        if audit.facts.compiles:
+            audit.report(
+                "inference-mode",
+                candidate,
+                "compiled code under torch.inference_mode crashes TorchTPU 0.2.0 (this file "
+                "compiles)",
+            )
+        else:
+            audit.report(
+                "inference-mode",
+                candidate,
+                "torch.inference_mode is fine in eager code, but compiled code under it "
+                "crashes TorchTPU 0.2.0 (nothing in this file compiles: a note)",
+                severity=NOTE,
+            )
+        audit.silence(target)
+
+
+def _check_cuda_environment(audit: _Auditor, node: ast.AST) -> None:
+    if isinstance(node, ast.Subscript):
+        key = node.slice
+        container = node.value
+    elif isinstance(node, ast.Call) and node.args:
+        key = node.args[0]
+        container = node.func
+    else:
+        return
+    text = _string_value(key)
+    if text is None or not text.startswith("CUDA_"):
+        return
+    name = audit.qualify(container) or ".".join(_dotted_parts(container) or [])
+    if (isinstance(node, ast.Subscript) and name == "os.environ") or name in _ENVIRON_CALLS:
+        audit.report(
+            "cuda-env-var",
+            key,
+            f"the environment variable {text} is read by CUDA only",
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# The rule table: each rule written once; RULES and the module docstring come from it
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One audit rule: its id, default severity, a one-line description, the syntax node types
+    it looks at, the check run on each such node, and the default advice."""
+
+    id: str
+    severity: str
+    description: str
+    node_types: tuple[type[ast.AST], ...]
+    check: Callable[[Any, Any], None] | None
+    advice: str
+
+
+_NAMES = (ast.Name, ast.Attribute)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+RULE_TABLE: tuple[Rule, ...] = (
+    Rule(
+        "set-device-index",
+        MUST_CHANGE,
+        "`torch.cuda.set_device(i)` / `set_device(i)` with i that may not be 0 "
+        "(never the portable `torch.accelerator.set_device_index`)",
+        (ast.Call,),
+        _check_set_device,
+        "torch.accelerator.set_device_index(i); TorchTPU wants index 0",
+    ),
+    Rule(
+        "cuda-method",
+        MUST_CHANGE,
+        "`.cuda()` on a tensor or module",
+        (ast.Call,),
+        _check_cuda_method,
+        ".to(device)",
+    ),
+    Rule(
+        "cuda-amp",
+        MUST_CHANGE,
+        "`torch.cuda.amp` (autocast, GradScaler, custom_fwd, ...)",
+        _NAMES,
+        _check_cuda_amp,
+        "torch.amp, with device_type=device.type",
+    ),
+    Rule(
+        "cuda-tensor-type",
+        MUST_CHANGE,
+        '`torch.cuda.FloatTensor` and friends, also as `set_default_tensor_type("...")`',
+        (*_NAMES, ast.Call),
+        _check_cuda_tensor_type,
+        "torch.tensor(..., dtype=..., device=device)",
+    ),
+    Rule(
+        "cuda-profiler-activity",
+        MUST_CHANGE,
+        "`ProfilerActivity.CUDA`",
+        _NAMES,
+        _check_profiler_activity,
+        "activities=torch.profiler.supported_activities() (the CPU plus the accelerator present)",
+    ),
+    Rule(
+        "torch-cuda-call",
+        MUST_CHANGE,
+        "a `torch.cuda.*` name (or `torch.cuda` held as a module), with its portable spelling",
+        _NAMES,
+        _check_torch_cuda,
+        "torch.accelerator",
+    ),
+    Rule(
+        "cudnn-setting",
+        MUST_CHANGE,
+        "a `torch.backends.cudnn` setting; the advice follows the value assigned",
+        (*_NAMES, ast.Assign),
+        _check_cudnn_setting,
+        f"remove it, {_GUARD_ADVICE}",
+    ),
+    Rule(
+        "cuda-backend-setting",
+        MUST_CHANGE,
+        "a `torch.backends.cuda` setting (matmul.allow_tf32, ...); advice follows the value",
+        (*_NAMES, ast.Assign),
+        _check_cuda_backend_setting,
+        f"remove it, {_GUARD_ADVICE}",
+    ),
+    Rule(
+        "cuda-device-string",
+        MUST_CHANGE,
+        '`"cuda"` / `"cuda:N"` / `f"cuda:{rank}"` used as a device or device type: in '
+        "`.to()`, `torch.device` (also `type=`), autocast, `device=`, `device_type=`, "
+        "`map_location=` (also a dict), `pin_memory_device=`, an argparse `default=` (not "
+        "beside `choices` naming kernels), a dict value, an assignment, a return, a default",
+        (
+            ast.Call,
+            ast.Assign,
+            ast.AnnAssign,
+            ast.NamedExpr,
+            ast.Return,
+            ast.Dict,
+            *_FUNCTIONS,
+            ast.Lambda,
+        ),
+        _check_device_string,
+        f"device, where {CHOOSE_DEVICE}",
+    ),
+    Rule(
+        "pin-memory",
+        MUST_CHANGE,
+        "`pin_memory=True` written unconditionally, or `.pin_memory()` called directly",
+        (ast.Call,),
+        _check_pin_memory,
+        "pin_memory=torch.accelerator.is_available()",
+    ),
+    Rule(
+        "to-int-device",
+        MUST_CHANGE,
+        "`.to(<int>)`: an integer device index (`.to(local_rank)`)",
+        (ast.Call,),
+        _check_integer_device,
+        ".to(device), with device chosen once per process",
+    ),
+    Rule(
+        "nccl-backend",
+        MUST_CHANGE,
+        '`init_process_group("nccl")` / `backend="nccl"`, also through a variable or an '
+        "argparse default",
+        (ast.Call, ast.Assign),
+        _check_process_group_backend,
+        "dist.init_process_group() with no backend: PyTorch picks one per device type "
+        "(gloo on CPU, nccl on CUDA, tpu_dist on TorchTPU)",
+    ),
+    Rule(
+        "ddp-device-ids",
+        MUST_CHANGE,
+        "`DistributedDataParallel(..., device_ids=[local_rank])` (or `output_device=`)",
+        (ast.Call,),
+        _check_ddp_device_ids,
+        "leave device_ids and output_device out: for a module on one device DDP uses the "
+        "module's device, whatever it is called",
+    ),
+    Rule(
+        "cuda-env-var",
+        MUST_CHANGE,
+        '`os.environ["CUDA_VISIBLE_DEVICES"]` and other `CUDA_*` variables',
+        (ast.Subscript, ast.Call),
+        _check_cuda_environment,
+        "choose the device per process instead (torchrun's LOCAL_RANK; TorchTPU gives each "
+        "process one device)",
+    ),
+    Rule(
+        "float64",
+        MUST_CHANGE,
+        "float64 requested for computation (`.double()`, `dtype=torch.float64`); a note in a "
+        "file that names no device",
+        (ast.Call,),
+        _check_float64,
+        "torch.float32 (or bfloat16); keep float64 for checks on the CPU",
+    ),
+    Rule(
+        "inference-mode",
+        MUST_CHANGE,
+        "`torch.inference_mode` as a `with` context or decorator in a file that compiles (a "
+        "note elsewhere)",
+        (ast.With, ast.AsyncWith, *_FUNCTIONS),
+        _check_inference_mode,
+        "torch.no_grad()",
+    ),
+    Rule(
+        "syntax-error",
+        MUST_CHANGE,
+        "a file or notebook cell that does not parse (nothing in it was checked)",
+        (),
+        None,
+        "fix the syntax and audit again (nothing else here was checked)",
+    ),
+    Rule(
+        "skipped-file",
+        NOTE,
+        f"a file over {MAX_FILE_BYTES:,} bytes, skipped to bound memory",
+        (),
+        None,
+        "audit it in parts, or leave it out with [tool.tpuready] exclude",
+    ),
+)
+
+RULE_BY_ID: Mapping[str, Rule] = MappingProxyType({rule.id: rule for rule in RULE_TABLE})
+RULES: Mapping[str, str] = MappingProxyType({rule.id: rule.description for rule in RULE_TABLE})
+
+
+def _checks_by_node_type() -> dict[type, tuple[Callable[[Any, Any], None], ...]]:
+    table: dict[type, list[Callable[[Any, Any], None]]] = {}
+    for rule in RULE_TABLE:
+        for node_type in rule.node_types:
+            if rule.check is not None:
+                table.setdefault(node_type, []).append(rule.check)
+    return {node_type: tuple(checks) for node_type, checks in table.items()}
+
+
+_CHECKS_BY_NODE_TYPE = _checks_by_node_type()
+
+__doc__ = (__doc__ or "") + "".join(
+    f"\n- `{rule.id}` ({rule.severity}): {rule.description}." for rule in RULE_TABLE
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Auditing text, files, notebooks
+
+
+def _syntax_error_finding(error: SyntaxError, source: str, path: str, cell: int | None) -> Finding:
+    if needs_newer_python(error, source):
+        running = f"{sys.version_info.major}.{sys.version_info.minor}"
+        return Finding(
+            path=path,
+            cell=cell,
+            line=error.lineno or 1,
+            column=max(error.offset or 1, 1),
+            rule="syntax-error",
+            message=f"needs Python 3.12 to parse (this is Python {running}): {error.msg}",
+            suggestion="run the audit with Python 3.12 or newer (nothing here was checked)",
+        )
     return Finding(
         path=path,
         cell=cell,
         line=error.lineno or 1,
-        column=error.offset or 1,
+        column=max(error.offset or 1, 1),
         rule="syntax-error",
         message=f"could not parse: {error.msg}",
-        suggestion="fix the syntax and audit again (nothing else here was checked)",
+        suggestion=RULE_BY_ID["syntax-error"].advice,
     )
 
 
-def _drop_ignored(findings: list[Finding], source: str) -> list[Finding]:
-    """Remove findings on lines that carry `# tpuready: ignore` or `# tpuready: ignore[rule]`."""
-    if "tpuready:" not in source or not findings:
-        return findings
-    lines = source.splitlines()
-    kept = []
-    for finding in findings:
-        text = lines[finding.line - 1] if finding.line <= len(lines) else ""
-        pragma = _IGNORE_PRAGMA.search(text)
-        if pragma is not None and finding.rule != "syntax-error":
-            rules = pragma.group("rules")
-            if rules is None or finding.rule in {rule.strip() for rule in rules.split(",")}:
-                continue
-        kept.append(finding)
-    return kept
+def _trigger_pattern(aliases: Mapping[str, str]) -> re.Pattern[str]:
+    """Any trigger word, or an imported name that stands for one (`tc` for `torch.cuda`)."""
+    key = tuple(sorted(aliases.items()))
+    pattern = _TRIGGER_PATTERNS.get(key)
+    if pattern is None:
+        words = {re.escape(word.lower()) for word in (*_TRIGGER_WORDS, "nccl")}
+        words |= {
+            rf"\b{re.escape(local.lower())}\b"
+            for local, full in aliases.items()
+            if local != full and any(word in full for word in _TRIGGER_WORDS)
+        }
+        pattern = re.compile("|".join(sorted(words)))
+        if len(_TRIGGER_PATTERNS) > 256:
+            _TRIGGER_PATTERNS.clear()
+        _TRIGGER_PATTERNS[key] = pattern
+    return pattern
+
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+_TRIGGER_PATTERNS: dict[tuple[tuple[str, str], ...], re.Pattern[str]] = {}
+
+
+def _trigger_counts(source: str, aliases: Mapping[str, str]) -> list[int]:
+    """counts[n]: how many of the first n lines hold a trigger word (lines as `ast` counts
+    them: a form feed does not end a line)."""
+    line_ends = [match.start() for match in _LINE_END.finditer(source)]
+    has_trigger = [False] * (len(line_ends) + 1)
+    for match in _trigger_pattern(aliases).finditer(source.lower()):
+        has_trigger[bisect.bisect_left(line_ends, match.start())] = True
+    return list(itertools.accumulate(map(int, has_trigger), initial=0))
 
 
 def _may_have_findings(source: str, aliases: Mapping[str, str]) -> bool:
@@ -734,13 +1513,25 @@ def _may_have_findings(source: str, aliases: Mapping[str, str]) -> bool:
 
 
 def _audit_tree(
-    tree: ast.AST, source: str, aliases: Mapping[str, str], path: str, cell: int | None
+    tree: ast.AST, source: str, facts: _FileFacts, path: str, cell: int | None
 ) -> list[Finding]:
-    if not _may_have_findings(source, aliases):
+    if not _may_have_findings(source, facts.aliases):
         return []
-    auditor = _Auditor(aliases, path, cell)
-    auditor.visit(tree)
-    return _drop_ignored(auditor.findings, source)
+    lines = None if source.isascii() else re.split(r"\r\n|\r|\n", source)
+    auditor = _Auditor(facts, path, cell, lines)
+    auditor.run(tree, _trigger_counts(source, facts.aliases))
+    findings = auditor.findings
+    ignored = ignored_rules_by_line(source) if findings else {}
+    if ignored:
+        findings = [
+            finding
+            for finding in findings
+            if not (
+                finding.line in ignored
+                and (ignored[finding.line] is None or finding.rule in ignored[finding.line])  # type: ignore[operator]
+            )
+        ]
+    return findings
 
 
 def audit_code(source: str, path: str = "<string>", *, cell: int | None = None) -> list[Finding]:
@@ -750,164 +1541,159 @@ def audit_code(source: str, path: str = "<string>", *, cell: int | None = None) 
     """
     if not isinstance(source, str):
         raise TypeError(f"source must be Python text (str), got {type(source).__name__}")
+    if not any(word in source for word in _TRIGGER_WORDS) and "nccl" not in source.lower():
+        # The cheap pre-filter: no rule can fire, so do not even parse (a syntax error in
+        # such a file goes unreported, which costs nothing a port needs).
+        return []
     try:
-        tree = _parse(source)
+        tree = parse_python(source)
     except SyntaxError as error:
-        return [_syntax_error_finding(error, path, cell)]
-    findings = _audit_tree(tree, source, _collect_aliases([tree]), path, cell)
+        return [_syntax_error_finding(error, source, path, cell)]
+    findings = _audit_tree(tree, source, _collect_facts([tree], source), path, cell)
     return sorted(findings, key=Finding.sort_key)
-
-
-def _read_python(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise AuditInputError(f"cannot read {path}: {error.strerror or error}") from error
-    try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return data.decode(encoding)
-    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
-        raise AuditInputError(
-            f"cannot decode {path} as Python source ({error}); save it as UTF-8"
-        ) from error
-
-
-def _read_notebook_cells(path: Path) -> list[dict[str, Any]]:
-    try:
-        notebook = json.loads(path.read_bytes())
-    except OSError as error:
-        raise AuditInputError(f"cannot read {path}: {error.strerror or error}") from error
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise AuditInputError(f"{path} is not a notebook: invalid JSON ({error})") from error
-    cells = notebook.get("cells") if isinstance(notebook, dict) else None
-    if not isinstance(cells, list):
-        raise AuditInputError(
-            f"{path} is not an nbformat 4 notebook (no 'cells' list); convert it with "
-            f"`jupyter nbconvert --to notebook --nbformat 4`"
-        )
-    return [cell for cell in cells if isinstance(cell, dict)]
-
-
-def _cell_python(source: str) -> str | None:
-    """The Python text of a code cell, line numbers kept; None for a non-Python cell magic."""
-    lines = source.split("\n")
-    first = lines[0].strip()
-    if first.startswith("%%"):
-        words = first[2:].split()
-        magic = words[0] if words else ""
-        writes_python = magic == "writefile" and words[-1].endswith(".py")
-        if magic not in _PYTHON_CELL_MAGICS and not writes_python:
-            return None
-        lines[0] = ""
-    return "\n".join(lines)
-
-
-def _blank_ipython_lines(source: str) -> str:
-    """Turn IPython-only lines (`%magic`, `!shell`, `x = !ls`, `obj?`) into `pass`."""
-    return "\n".join(
-        _IPYTHON_ONLY_LINE.sub(lambda match: match.group(1) + "pass  # ", line)
-        for line in source.split("\n")
-    )
 
 
 def audit_notebook(path: PathArgument) -> list[Finding]:
     """Audit every code cell of a notebook except those tagged `cuda-on-purpose`."""
     notebook_path = Path(path)
     shown = notebook_path.as_posix()
-    parsed: list[tuple[int, str, ast.AST | None, SyntaxError | None]] = []
+    parsed: list[tuple[int, str, ast.Module | None, SyntaxError | None]] = []
     exempt: set[int] = set()
-    code_cells = [
-        cell for cell in _read_notebook_cells(notebook_path) if cell.get("cell_type") == "code"
-    ]
-    for number, cell in enumerate(code_cells, start=1):
-        raw = cell.get("source", "")
-        source = "".join(raw) if isinstance(raw, list) else str(raw)
-        tags = (cell.get("metadata") or {}).get("tags") or []
-        if CUDA_ON_PURPOSE_TAG in tags:
-            exempt.add(number)
-        python = _cell_python(source)
-        if python is None:
+    for cell in read_notebook_cells(notebook_path):
+        if cell.on_purpose:
+            exempt.add(cell.number)
+        if cell.python is None:
             continue
+        python = cell.python
         try:
-            parsed.append((number, python, _parse(python), None))
+            parsed.append((cell.number, python, parse_python(python), None))
         except SyntaxError:
-            python = _blank_ipython_lines(python)
+            python = python_of_ipython(python)
             try:
-                parsed.append((number, python, _parse(python), None))
+                parsed.append((cell.number, python, parse_python(python), None))
             except SyntaxError as error:
-                parsed.append((number, python, None, error))
-    aliases = _collect_aliases(tree for _, _, tree, _ in parsed if tree is not None)
+                parsed.append((cell.number, cell.python, None, error))
+    trees = [tree for _, _, tree, _ in parsed if tree is not None]
+    facts = _collect_facts(trees, "\n".join(python for _, python, _, _ in parsed))
     findings: list[Finding] = []
     for number, python, tree, error in parsed:
         if number in exempt:
             continue
         if error is not None:
-            findings.append(_syntax_error_finding(error, shown, number))
+            findings.append(_syntax_error_finding(error, python, shown, number))
         elif tree is not None:
-            findings += _audit_tree(tree, python, aliases, shown, number)
+            findings += _audit_tree(tree, python, facts, shown, number)
     return sorted(findings, key=Finding.sort_key)
+
+
+def _skipped_finding(path: Path) -> Finding:
+    return Finding(
+        path=path.as_posix(),
+        line=1,
+        column=1,
+        rule="skipped-file",
+        severity=NOTE,
+        message=f"skipped: larger than {MAX_FILE_BYTES:,} bytes (parsing it would need too much "
+        "memory)",
+        suggestion=RULE_BY_ID["skipped-file"].advice,
+    )
 
 
 def audit_file(path: PathArgument) -> list[Finding]:
     """Audit one `.py` file or `.ipynb` notebook. Raises AuditInputError if it cannot be read."""
     file_path = Path(path)
+    if is_too_large(file_path):
+        return [_skipped_finding(file_path)]
     if file_path.suffix == ".ipynb":
         return audit_notebook(file_path)
-    return audit_code(_read_python(file_path), file_path.as_posix())
+    return audit_code(read_python(file_path), file_path.as_posix())
 
 
-def _is_skipped_directory(name: str) -> bool:
-    return name.startswith(".") or name in SKIPPED_DIRECTORIES
+@dataclass
+class AuditResult:
+    """What `run_audit` found: the findings, how many files were read, and one line per file
+    that could not be read (`errors`) or that made the audit itself fail (`internal_errors`)."""
+
+    findings: list[Finding]
+    files_scanned: int
+    errors: list[str] = field(default_factory=list)
+    internal_errors: list[str] = field(default_factory=list)
 
 
-def find_source_files(paths: PathArgument | Iterable[PathArgument]) -> list[Path]:
-    """The `.py` and `.ipynb` files to audit: files as given, folders searched recursively
-    (skipping `SKIPPED_DIRECTORIES`, hidden folders and hidden files), in a stable order."""
+def _audit_one(path: Path) -> tuple[list[Finding], str | None, str | None]:
+    """Audit one file, turning every failure into one line naming it (for worker processes)."""
+    try:
+        return audit_file(path), None, None
+    except AuditInputError as error:
+        return [], str(error), None
+    except Exception as error:
+        return [], None, f"{path}: internal error: {type(error).__name__}: {error}"
+
+
+# Below this many bytes of source, starting worker processes costs more than it saves.
+_PARALLEL_MIN_BYTES = 2_000_000
+
+
+def _total_bytes(files: Sequence[Path]) -> int:
+    total = 0
+    for file in files:
+        with contextlib.suppress(OSError):
+            total += file.stat().st_size
+    return total
+
+
+def run_audit(
+    paths: PathArgument | Iterable[PathArgument],
+    *,
+    config: AuditConfig | None = None,
+    use_config: bool = True,
+    jobs: int | None = None,
+) -> AuditResult:
+    """Find the files under `paths`, audit each, and collect findings and errors; the one
+    function behind `audit_source` and `python -m tpuready audit-source`.
+
+    `config` defaults to `[tool.tpuready]` of the nearest pyproject.toml above the first path
+    (unless `use_config` is False). `jobs` worker processes audit files in parallel when the
+    tree is large (default: the CPU count); a missing or bad path raises AuditInputError.
+    """
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
-    given = [Path(path) for path in paths]
-    if not given:
-        raise AuditInputError("no paths given: name at least one file or folder to audit")
-    files: list[Path] = []
-
-    def refuse_folder(error: OSError) -> None:
-        raise AuditInputError(f"cannot read folder {error.filename}: {error.strerror}")
-
-    for path in given:
-        if path.is_dir():
-            for root, folders, names in os.walk(path, onerror=refuse_folder):
-                folders[:] = sorted(name for name in folders if not _is_skipped_directory(name))
-                files += [
-                    Path(root) / name
-                    for name in sorted(names)
-                    if name.endswith((".py", ".ipynb")) and not name.startswith(".")
-                ]
-        elif path.is_file():
-            if path.suffix not in {".py", ".ipynb"}:
-                raise AuditInputError(
-                    f"{path} is neither a .py file nor a .ipynb notebook; "
-                    f"name Python files, notebooks or folders"
-                )
-            files.append(path)
-        elif path.exists():
-            raise AuditInputError(f"{path} is not a regular file or folder")
+    paths = list(paths)
+    files = find_source_files(paths)
+    if config is None:
+        config = load_config(paths[0], RULES) if use_config else AuditConfig()
+    files = [file for file in files if not config.excludes(file)]
+    workers = min(jobs or os.cpu_count() or 1, len(files))
+    if workers > 1 and _total_bytes(files) >= _PARALLEL_MIN_BYTES:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            outcomes = list(pool.map(_audit_one, files, chunksize=8))
+    else:
+        outcomes = [_audit_one(file) for file in files]
+    result = AuditResult(findings=[], files_scanned=0)
+    for findings, error, internal_error in outcomes:
+        if error is not None:
+            result.errors.append(error)
+        elif internal_error is not None:
+            result.internal_errors.append(internal_error)
         else:
-            raise AuditInputError(f"{path}: no such file or folder")
-    unique: dict[Path, Path] = {}
-    for file in files:
-        unique.setdefault(file.resolve(), file)
-    return list(unique.values())
+            result.files_scanned += 1
+            result.findings += [f for f in findings if f.rule not in config.skip]
+    result.findings.sort(key=Finding.sort_key)
+    return result
 
 
-def audit_source(paths: PathArgument | Iterable[PathArgument]) -> list[Finding]:
+def audit_source(
+    paths: PathArgument | Iterable[PathArgument], *, use_config: bool = True
+) -> list[Finding]:
     """Audit files, folders and notebooks; findings sorted by file, cell, line.
 
     Raises AuditInputError (naming the path) for a missing or unreadable path.
     """
-    findings: list[Finding] = []
-    for file in find_source_files(paths):
-        findings += audit_file(file)
-    return sorted(findings, key=Finding.sort_key)
+    result = run_audit(paths, use_config=use_config)
+    problems = result.errors + result.internal_errors
+    if problems:
+        raise AuditInputError(problems[0])
+    return result.findings
 
 
 # --------------------------------------------------------------------------------------------
@@ -919,19 +1705,52 @@ def _count(number: int, noun: str) -> str:
 
 
 def format_text(findings: Sequence[Finding], files_scanned: int | None = None) -> str:
-    """One line per finding, `file:line  rule: message  ->  suggestion`, then a summary line
-    such as `3 findings in 2 files (5 files scanned)`."""
+    """Findings grouped by severity (must change, guarded, notes), one line each
+    (`file:line  rule: message  ->  suggestion`), then a summary line such as
+    `3 findings in 2 files (5 files scanned)`."""
     ordered = sorted(findings, key=Finding.sort_key)
+    lines: list[str] = []
+    for severity in SEVERITIES:
+        group = [finding for finding in ordered if finding.severity == severity]
+        if group:
+            lines.append(f"{_SEVERITY_HEADINGS[severity]} ({len(group)}):")
+            lines += [str(finding) for finding in group]
     files_with_findings = len({finding.path for finding in ordered})
     summary = f"{_count(len(ordered), 'finding')}"
     if ordered:
         summary += f" in {_count(files_with_findings, 'file')}"
     if files_scanned is not None:
         summary += f" ({_count(files_scanned, 'file')} scanned)"
-    return "\n".join([*(str(finding) for finding in ordered), summary]) + "\n"
+    return "\n".join([*lines, summary]) + "\n"
 
 
 def format_json(findings: Sequence[Finding]) -> str:
-    """The findings as a JSON list of objects with the `Finding` fields, in report order."""
+    """The findings as a JSON list of objects with the `Finding` fields (path, cell, line,
+    column, rule, severity, message, suggestion), in report order."""
     ordered = sorted(findings, key=Finding.sort_key)
     return json.dumps([finding.to_dict() for finding in ordered], indent=2) + "\n"
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def format_github(findings: Sequence[Finding]) -> str:
+    """GitHub Actions workflow commands, one per finding: `::warning file=F,line=L,col=C,
+    title=T::message -> suggestion` (`::notice` for notes), shown on the pull request's diff."""
+    lines = []
+    for finding in sorted(findings, key=Finding.sort_key):
+        command = "notice" if finding.severity == NOTE else "warning"
+        title = f"tpuready {finding.rule} ({finding.severity})"
+        if finding.cell is not None:
+            title += f" cell {finding.cell}"
+        lines.append(
+            f"::{command} file={_escape_property(finding.path)},line={finding.line},"
+            f"col={finding.column},title={_escape_property(title)}::"
+            f"{_escape_data(f'{finding.message} -> {finding.suggestion}')}"
+        )
+    return "".join(line + "\n" for line in lines)

@@ -1,0 +1,165 @@
+"""Issue 9 of the source audit: right advice on real code, ties it used to miss, guarded code.
+
+Each fixture in tests/fixtures/audit/issue9/ marks the lines the audit must flag with a
+trailing `# expect: RULE` (a must-change finding) or `# expect: RULE/SEVERITY` comment.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import REPOSITORY
+
+from tpuready import audit
+
+FIXTURES = REPOSITORY / "tests" / "fixtures" / "audit" / "issue9"
+EXPECT_MARKER = re.compile(r"#\s*expect:\s*(?P<items>[\w\-,/ ]+)$")
+
+
+def expected_findings(path: Path) -> set[tuple[int, str, str]]:
+    """(line, rule, severity) for every `# expect:` comment of a fixture."""
+    expected = set()
+    for line_number, line in enumerate(path.read_text().splitlines(), start=1):
+        marker = EXPECT_MARKER.search(line)
+        if marker:
+            for item in marker.group("items").split(","):
+                rule, _, severity = item.strip().partition("/")
+                expected.add((line_number, rule, severity or "must-change"))
+    return expected
+
+
+def findings_of(name: str) -> list[audit.Finding]:
+    return audit.audit_file(FIXTURES / name)
+
+
+def by_line(name: str) -> dict[int, audit.Finding]:
+    return {finding.line: finding for finding in findings_of(name)}
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.py")), ids=lambda path: path.name)
+def test_fixture_findings_are_exactly_the_marked_lines(path: Path) -> None:
+    findings = audit.audit_file(path)
+    assert {(f.line, f.rule, f.severity) for f in findings} == expected_findings(path)
+
+
+# --------------------------------------------------------------------------------------------
+# Advice that was wrong
+
+
+def test_a_name_holding_a_device_type_is_told_to_use_device_type() -> None:
+    (finding,) = findings_of("advice_device_type_name.py")
+    assert finding.suggestion.startswith("device.type, where device = ")
+
+
+def test_a_rank_indexed_device_gets_the_per_rank_form() -> None:
+    (finding,) = findings_of("advice_rank_string.py")
+    assert finding.suggestion.startswith(
+        "index = local_rank if torch.accelerator.device_count() > 1 else 0; "
+        "torch.accelerator.set_device_index(index); device = torch.device(device_type, index)"
+    )
+    assert "TorchTPU gives each process one device, index 0" in finding.suggestion
+    assert not finding.suggestion.startswith("device,")
+
+
+def test_backend_setting_advice_follows_the_value_assigned() -> None:
+    lines = by_line("advice_follows_value.py")
+    assert lines[5].suggestion.startswith('torch.set_float32_matmul_precision("highest")')
+    assert "use_deterministic_algorithms(True)" not in lines[6].suggestion
+    assert lines[7].suggestion.startswith("torch.use_deterministic_algorithms(True)")
+    assert lines[8].suggestion.startswith('torch.set_float32_matmul_precision("high")')
+
+
+def test_cudnn_allow_tf32_is_not_sent_to_the_matmul_precision() -> None:
+    (finding,) = findings_of("advice_cudnn_tf32.py")
+    assert finding.suggestion.startswith("remove it")
+    assert "convolutions" in finding.suggestion
+
+
+def test_device_capability_is_not_sent_to_a_dict_returning_call() -> None:
+    (finding,) = findings_of("advice_capability.py")
+    assert not finding.suggestion.startswith("torch.accelerator.get_device_capability")
+    assert "dict" in finding.suggestion and 'device.type == "cuda"' in finding.suggestion
+
+
+def test_graphs_and_streams_have_portable_spellings() -> None:
+    suggestions = [finding.suggestion for finding in findings_of("advice_graphs_streams.py")]
+    assert [s.split(" ")[0] for s in suggestions[:2]] == ["torch.accelerator.Graph()"] * 2
+    assert "torch.Stream" in suggestions[2]
+    assert not any("no entry" in suggestion for suggestion in suggestions)
+
+
+def test_the_recommended_call_is_never_flagged() -> None:
+    assert audit.audit_code("import torch\ntorch.accelerator.set_device_index(rank)\n") == []
+
+
+def test_inference_mode_is_a_note_where_nothing_compiles() -> None:
+    (eager,) = findings_of("advice_inference_mode_eager.py")
+    (compiled,) = findings_of("advice_inference_mode_compiled.py")
+    assert (eager.severity, compiled.severity) == ("note", "must-change")
+
+
+def test_float64_without_any_device_is_a_note() -> None:
+    (finding,) = findings_of("advice_float64_no_device.py")
+    assert finding.severity == "note"
+    with_device = audit.audit_code(
+        "import torch\nx = torch.zeros(2, dtype=torch.float64)\nx.to(device)\n"
+    )
+    assert [f.severity for f in with_device] == ["must-change"]
+
+
+def test_one_device_choice_gives_one_finding() -> None:
+    (finding,) = findings_of("advice_one_expression.py")
+    assert finding.column == 10  # the whole expression, not the "cuda" inside it
+    assert "never a TPU" in finding.message
+
+
+# --------------------------------------------------------------------------------------------
+# Ties that were missed
+
+
+def test_ddp_device_ids_advice_leaves_them_out() -> None:
+    (finding,) = findings_of("ties_ddp_device_ids.py")
+    assert finding.suggestion.startswith("leave device_ids")
+
+
+def test_a_module_alias_resolves_later_calls() -> None:
+    findings = findings_of("ties_module_alias.py")
+    assert "torch.get_device_module" in findings[0].suggestion
+    assert "torch.cuda.synchronize" in findings[1].message
+
+
+# --------------------------------------------------------------------------------------------
+# Guarded code
+
+
+def test_guarded_findings_say_so_and_probes_are_kept() -> None:
+    lines = by_line("guarded.py")
+    assert "correct as it stands" in lines[7].message
+    probe = lines[9]
+    assert probe.severity == "guarded"
+    assert "torch.accelerator.is_available()" in probe.suggestion
+    assert probe.suggestion.startswith("keep it")
+
+
+def test_a_guard_that_chooses_the_device_stays_a_must_change() -> None:
+    source = (
+        "import torch\n"
+        "if torch.cuda.is_available():\n"
+        '    device = torch.device("cuda")\n'
+        "else:\n"
+        '    device = torch.device("cpu")\n'
+    )
+    findings = audit.audit_code(source)
+    assert {(f.line, f.rule, f.severity) for f in findings} == {
+        (2, "torch-cuda-call", "must-change"),
+        (3, "cuda-device-string", "must-change"),
+    }
+
+
+def test_text_report_groups_by_severity() -> None:
+    text = audit.format_text(findings_of("guarded.py"))
+    headings = [line for line in text.splitlines() if line.endswith("):")]
+    assert headings[0] == "must change (1):"
+    assert headings[1].startswith("guarded: review") and headings[1].endswith("(7):")

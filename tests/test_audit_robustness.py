@@ -1,0 +1,317 @@
+"""The source audit on odd input: every input gives findings or a one-line error naming the
+file, never a traceback or a hang; and the command line's formats, filters and configuration."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import hypothesmith
+import pytest
+from conftest import REPOSITORY
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tpuready import __main__ as cli
+from tpuready import audit, audit_sources
+
+CUDA_LINE = "import torch\nx = torch.ones(1).cuda()\n"
+
+
+def run_cli(
+    *arguments: str, cwd: Path = REPOSITORY, timeout: int = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tpuready", *arguments],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(REPOSITORY)},
+    )
+
+
+def write_notebook(path: Path, cells: list[dict]) -> Path:
+    path.write_text(
+        json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells})
+    )
+    return path
+
+
+def code_cell(source: object, metadata: object = None) -> dict:
+    return {"cell_type": "code", "source": source, "metadata": metadata or {}, "outputs": []}
+
+
+# --------------------------------------------------------------------------------------------
+# Notebooks
+
+
+def test_cell_metadata_that_is_a_list_is_read_as_no_tags(tmp_path: Path) -> None:
+    path = write_notebook(tmp_path / "odd.ipynb", [code_cell("x = y.cuda()", metadata=["tags"])])
+    assert [(f.cell, f.rule) for f in audit.audit_notebook(path)] == [(1, "cuda-method")]
+
+
+def test_a_cell_source_that_is_not_text_is_one_error_naming_the_file(tmp_path: Path) -> None:
+    path = write_notebook(tmp_path / "odd.ipynb", [code_cell(["x = 1\n", 7])])
+    with pytest.raises(audit.AuditInputError, match=r"odd\.ipynb: code cell 1 has a 'source'"):
+        audit.audit_notebook(path)
+    result = run_cli("audit-source", str(path))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_tags_match_exactly(tmp_path: Path) -> None:
+    cells = [
+        code_cell("a = x.cuda()", {"tags": ["cuda-on-purpose-not"]}),
+        code_cell("b = x.cuda()", {"tags": "cuda-on-purpose"}),  # a string, not a list
+        code_cell("c = x.cuda()", {"tags": ["cuda-on-purpose"]}),
+    ]
+    path = write_notebook(tmp_path / "tags.ipynb", cells)
+    assert [f.cell for f in audit.audit_notebook(path)] == [1, 2]
+
+
+def test_magics_go_through_ipython_and_keep_line_numbers(tmp_path: Path) -> None:
+    source = "%matplotlib inline\n!nvidia-smi\nfiles = !ls\nobj?\ny = x.cuda()"
+    path = write_notebook(tmp_path / "magics.ipynb", [code_cell(source)])
+    assert [(f.line, f.rule) for f in audit.audit_notebook(path)] == [(5, "cuda-method")]
+
+
+notebook_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["cells", "cell_type", "source", "metadata", "tags", "x"]),
+            children,
+            max_size=4,
+        )
+    ),
+    max_leaves=20,
+)
+cell_like = st.fixed_dictionaries(
+    {
+        "cell_type": st.sampled_from(["code", "markdown", 3]),
+        "source": st.one_of(
+            st.text(alphabet="x.cuda()%!?\n =[]\"'#", max_size=40),
+            st.lists(st.one_of(st.text(max_size=10), st.integers()), max_size=3),
+            notebook_json,
+        ),
+        "metadata": st.one_of(notebook_json, st.just({"tags": ["cuda-on-purpose"]})),
+    }
+)
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.one_of(notebook_json, st.fixed_dictionaries({"cells": st.lists(cell_like, max_size=4)})))
+def test_generated_notebook_json_never_raises_anything_else(
+    tmp_path: Path, document: object
+) -> None:
+    path = tmp_path / "generated.ipynb"
+    path.write_text(json.dumps(document))
+    try:
+        findings = audit.audit_notebook(path)
+    except audit.AuditInputError as error:
+        assert "generated.ipynb" in str(error) and "\n" not in str(error)
+    else:
+        assert all(isinstance(finding, audit.Finding) for finding in findings)
+
+
+# hypothesmith compiles what it generates, and CPython warns about `"a"()` while doing so.
+@pytest.mark.filterwarnings("ignore::SyntaxWarning")
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(hypothesmith.from_grammar())
+def test_generated_python_never_raises(source: str) -> None:
+    # The comment gets the text past the trigger-word pre-filter, so every rule walks it.
+    findings = audit.audit_code(source + "\n# cuda .to( double\n")
+    assert all(f.line >= 1 and f.column >= 1 for f in findings)
+
+
+# --------------------------------------------------------------------------------------------
+# Files and folders
+
+
+def test_a_symlink_loop_in_a_folder_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    (tmp_path / "good.py").write_text(CUDA_LINE)
+    os.symlink("loop.py", tmp_path / "loop.py")
+    os.symlink(".", tmp_path / "again")  # a folder loop: symlinked folders are not followed
+    assert [p.name for p in audit.find_source_files(tmp_path)] == ["good.py"]
+    result = run_cli("audit-source", str(tmp_path))
+    assert result.returncode == 1 and "good.py:2  cuda-method" in result.stdout
+    named = run_cli("audit-source", str(tmp_path / "loop.py"))
+    assert named.returncode == 2 and "loop.py is not a regular file" in named.stderr
+
+
+def test_a_fifo_named_like_python_is_skipped_not_waited_on(tmp_path: Path) -> None:
+    (tmp_path / "good.py").write_text(CUDA_LINE)
+    os.mkfifo(tmp_path / "pipe.py")
+    result = run_cli("audit-source", str(tmp_path), timeout=30)
+    assert result.returncode == 1 and "1 file scanned" in result.stdout
+    named = run_cli("audit-source", str(tmp_path / "pipe.py"), timeout=30)
+    assert named.returncode == 2 and "pipe.py is not a regular file" in named.stderr
+
+
+def test_files_over_the_size_limit_are_skipped_with_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(audit_sources, "MAX_FILE_BYTES", 100)
+    big = tmp_path / "big.py"
+    big.write_text(CUDA_LINE * 10)
+    (finding,) = audit.audit_file(big)
+    assert (finding.rule, finding.severity) == ("skipped-file", "note")
+    assert "skipped" in finding.message
+
+
+# --------------------------------------------------------------------------------------------
+# Syntax, pragmas, columns
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="the running Python parses 3.12 syntax")
+@pytest.mark.parametrize(
+    "source",
+    [
+        "type Vector = list[float]\nx.cuda()\n",
+        "def first[T](items: list[T]) -> T:\n    return items[0].cuda()\n",
+        'names = {"a": 1}\nprint(f"{names["a"]}")\nx.cuda()\n',
+    ],
+)
+def test_newer_syntax_is_reported_as_needing_a_newer_python(source: str) -> None:
+    (finding,) = audit.audit_code(source)
+    assert finding.rule == "syntax-error"
+    assert finding.message.startswith("needs Python 3.12 to parse")
+    assert "could not parse" not in finding.message
+
+
+def test_a_pragma_inside_a_string_does_not_silence_its_line() -> None:
+    source = 'import torch\nlabel = "# tpuready: ignore"; y = x.cuda()\n'
+    assert [f.rule for f in audit.audit_code(source)] == ["cuda-method"]
+
+
+def test_a_form_feed_keeps_pragmas_on_their_lines() -> None:
+    source = "import torch\n\x0c\ny = x.cuda()  # tpuready: ignore\nz = x.cuda()\n"
+    assert [(f.line, f.rule) for f in audit.audit_code(source)] == [(4, "cuda-method")]
+
+
+def test_columns_count_characters_not_bytes() -> None:
+    source = 'import torch\nnom = "été"; y = x.cuda()\n'
+    (finding,) = audit.audit_code(source)
+    assert finding.column == source.splitlines()[1].index("cuda") + 1
+
+
+# --------------------------------------------------------------------------------------------
+# Exit status, formats, filters, configuration
+
+
+def test_an_internal_error_exits_three_with_one_line_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "boom.py").write_text(CUDA_LINE)
+
+    def broken(path: object) -> list[audit.Finding]:
+        raise RuntimeError("a bug in a rule")
+
+    monkeypatch.setattr(audit, "audit_file", broken)
+    assert cli.main(["audit-source", str(tmp_path)]) == 3
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "boom.py: internal error: RuntimeError" in error
+
+
+def test_github_format_writes_workflow_annotations() -> None:
+    result = run_cli("audit-source", "--format", "github", "tests/fixtures/audit/cuda_method.py")
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith("::warning file=tests/fixtures/audit/cuda_method.py,line=8,col=")
+    assert ",title=tpuready cuda-method (must-change)::" in lines[0]
+    assert "-> .to(device)" in lines[0]
+
+
+def test_github_format_escapes_newlines_and_marks_notes() -> None:
+    finding = audit.Finding(
+        path="a,b.py",
+        line=1,
+        column=1,
+        rule="float64",
+        severity="note",
+        message="x\ny",
+        suggestion="z",
+    )
+    assert audit.format_github([finding]) == (
+        "::notice file=a%2Cb.py,line=1,col=1,title=tpuready float64 (note)::x%0Ay -> z\n"
+    )
+
+
+def test_severity_filters_the_report() -> None:
+    path = "tests/fixtures/audit/issue9/guarded.py"
+    everything = run_cli("audit-source", path)
+    must_change = run_cli("audit-source", "--severity", "must-change", path)
+    assert everything.stdout.splitlines()[-1].startswith("8 findings")
+    assert must_change.stdout.splitlines()[-1].startswith("1 finding ")
+    assert "guarded: review" in everything.stdout
+    assert "guarded: review" not in must_change.stdout
+
+
+def test_pyproject_skips_rules_and_excludes_paths(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.tpuready]\nskip = ["float64"]\nexclude = ["legacy", "gen_*.py"]\n'
+    )
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "main.py").write_text(CUDA_LINE + "y = x.double()\n")
+    (tmp_path / "legacy").mkdir()
+    (tmp_path / "legacy" / "old.py").write_text(CUDA_LINE)
+    (tmp_path / "src" / "gen_code.py").write_text(CUDA_LINE)
+    findings = audit.audit_source(tmp_path)
+    assert [(Path(f.path).name, f.rule) for f in findings] == [("main.py", "cuda-method")]
+    result = run_cli("audit-source", ".", cwd=tmp_path)
+    assert result.stdout.splitlines()[-1] == "1 finding in 1 file (1 file scanned)"
+    unconfigured = run_cli("audit-source", "--no-config", ".", cwd=tmp_path)
+    assert unconfigured.stdout.splitlines()[-1].startswith("4 findings in 3 files")
+
+
+def test_a_bad_pyproject_table_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.tpuready]\nskip = ["no-such-rule"]\n')
+    (tmp_path / "a.py").write_text(CUDA_LINE)
+    result = run_cli("audit-source", ".", cwd=tmp_path)
+    assert result.returncode == 2 and "no-such-rule" in result.stderr
+
+
+def test_the_cli_and_the_api_give_the_same_findings() -> None:
+    stdout, stderr = io.StringIO(), io.StringIO()
+    status = cli.run_audit_source(["tests/fixtures/audit"], "json", stdout, stderr)
+    assert status == 1 and stderr.getvalue() == ""
+    from_cli = json.loads(stdout.getvalue())
+    from_api = [f.to_dict() for f in audit.audit_source("tests/fixtures/audit")]
+    assert from_cli == from_api
+
+
+@pytest.mark.parametrize("flag", ["--fix", "--diff"])
+def test_fix_and_diff_call_the_fixer(flag: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    fix = pytest.importorskip("tpuready.fix")
+    calls = []
+
+    def fake_run_fix(paths: list[str], *, write: bool, stdout: object, stderr: object) -> int:
+        calls.append((list(paths), write))
+        return 0
+
+    monkeypatch.setattr(fix, "run_fix", fake_run_fix)
+    assert cli.main(["audit-source", flag, "script.py"]) == 0
+    assert calls == [(["script.py"], flag == "--fix")]
+
+
+def test_fix_and_diff_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["audit-source", "--fix", "--diff", "x.py"]) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_pre_commit_hook_runs_the_audit() -> None:
+    yaml = pytest.importorskip("yaml")
+    (hook,) = yaml.safe_load((REPOSITORY / ".pre-commit-hooks.yaml").read_text())
+    assert hook["id"] == "tpuready-audit"
+    assert hook["entry"] == "python -m tpuready audit-source"
+    assert hook["language"] == "python"
+    assert hook["types_or"] == ["python", "jupyter"]
