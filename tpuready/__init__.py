@@ -11,6 +11,10 @@ One module per idea; import the one you need (`from tpuready import hardware`):
 - `hardware`: accelerator figures with their vendor sources (reference page).
 - `launch`: run a worker on N CPU processes with torch.distributed over gloo (Part II).
 - `plan`: per-chip memory, bytes per mesh axis and roofline step time of a sharded run (chapter 9).
+- `buckets`: the padding buckets that waste the fewest tokens, and a collate helper (chapter 12).
+- `alignment`: MXU tile utilisation of a dimension and the alignment cheat sheet (chapter 13).
+- `roofline`: arithmetic intensity, rooflines, MFU and tokens per second (chapter 15).
+- `fix`: `python -m tpuready audit-source --fix`, rewrite what the audit finds (chapter 1).
 - `offline`: the network guard the notebooks run under in the tests.
 """
 

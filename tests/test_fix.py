@@ -1,0 +1,532 @@
+"""Tests of the CUDA-to-portable rewriter (`tpuready.fix`, `python -m tpuready.fix`).
+
+Each input in tests/fixtures/fix/ has its expected output next to it (`NAME.py.expected`), and
+marks the lines the fixer must leave, and report, with a trailing `# left: RULE` comment.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import operator
+import os
+import re
+import subprocess
+import sys
+import tokenize
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import hypothesmith
+import nbformat
+import pytest
+import torch
+from conftest import REPOSITORY
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tpuready import audit, fix
+from tpuready.accelerator_api import CUDA_TO_ACCELERATOR
+
+FIXTURES = REPOSITORY / "tests" / "fixtures" / "fix"
+EXAMPLES = REPOSITORY / "notebooks" / "examples"
+FIXTURE_INPUTS = sorted(FIXTURES.glob("*.py"))
+LEFT_MARKER = re.compile(r"#\s*left:\s*(?P<rules>[\w\-, ]+)$")
+# The Makefile's NOTEBOOK_ENV: offline, one thread, fixed hashing.
+OFFLINE_ENV = {
+    "TPUREADY_OFFLINE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "PYTHONPATH": str(REPOSITORY / "scripts" / "offline_site"),
+    "OMP_NUM_THREADS": "1",
+    "PYTHONHASHSEED": "0",
+    "TOKENIZERS_PARALLELISM": "false",
+    "CUDA_VISIBLE_DEVICES": "",
+}
+LOSS_LINE = re.compile(r"epoch \d+: loss \d+\.\d+")
+
+
+def _comments(source: str) -> Counter[str]:
+    """The comments of a Python text, as tokenize reads them (never text inside strings)."""
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return Counter(token.string for token in tokens if token.type == tokenize.COMMENT)
+
+
+def _left_markers(source: str) -> set[tuple[int, str]]:
+    expected = set()
+    for number, line in enumerate(source.splitlines(), start=1):
+        marker = LEFT_MARKER.search(line)
+        if marker:
+            expected |= {(number, rule.strip()) for rule in marker.group("rules").split(",")}
+    return expected
+
+
+def _covered_rules() -> set[str]:
+    """The audit's rules (read at run time: the audit may gain rules) that the fixer rewrites."""
+    return set(fix.FIXED_RULES) & set(audit.RULES)
+
+
+def _must_change(finding: audit.Finding) -> bool:
+    """True for findings the audit says must change (not guarded code or notes); every
+    finding when the audit has no severities."""
+    must_change = getattr(audit, "MUST_CHANGE", None)
+    severity = getattr(finding, "severity", None)
+    return must_change is None or severity is None or severity == must_change
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures: expected output and what is left
+
+
+@pytest.mark.parametrize("path", FIXTURE_INPUTS, ids=lambda path: path.stem)
+def test_fixture_is_rewritten_as_expected(path: Path) -> None:
+    expected = path.with_name(path.name + ".expected").read_text(encoding="utf-8")
+    assert fix.fix_file(path).fixed == expected
+
+
+@pytest.mark.parametrize("path", FIXTURE_INPUTS, ids=lambda path: path.stem)
+def test_fixture_reports_exactly_the_marked_lines_as_left(path: Path) -> None:
+    source = path.read_text(encoding="utf-8")
+    result = fix.fix_source(source)
+    assert {(item.line, item.rule) for item in result.left} == _left_markers(source)
+    assert all(item.reason and item.code for item in result.left)
+
+
+@pytest.mark.parametrize("path", FIXTURE_INPUTS, ids=lambda path: path.stem)
+def test_fixed_fixture_parses_keeps_comments_and_is_stable(path: Path) -> None:
+    source = path.read_text(encoding="utf-8")
+    fixed = fix.fix_source(source).fixed
+    ast.parse(fixed)
+    assert _comments(source) <= _comments(fixed)
+    again = fix.fix_source(fixed)
+    assert again.fixed == fixed
+    assert again.changes == ()
+
+
+@pytest.mark.parametrize("path", FIXTURE_INPUTS, ids=lambda path: path.stem)
+def test_fixed_fixture_has_no_covered_findings_except_on_left_lines(path: Path) -> None:
+    fixed = fix.fix_file(path).fixed
+    left_lines = {number for number, _ in _left_markers(fixed)}
+    remaining = [
+        finding
+        for finding in audit.audit_code(fixed, path.name)
+        if finding.rule in _covered_rules() and _must_change(finding)
+    ]
+    if path.stem == "guarded":
+        remaining = []  # CUDA-only on purpose: the fixer leaves guarded code as it is
+    assert [finding for finding in remaining if finding.line not in left_lines] == []
+
+
+def test_guarded_code_is_left_alone() -> None:
+    source = (FIXTURES / "guarded.py").read_text(encoding="utf-8")
+    result = fix.fix_source(source)
+    assert result.fixed == source
+    assert result.changes == ()
+    assert result.left == ()
+
+
+def test_changes_name_their_lines_in_the_original() -> None:
+    source = (FIXTURES / "cuda_method.py").read_text(encoding="utf-8")
+    lines = source.splitlines()
+    result = fix.fix_source(source)
+    moved = [change.line for change in result.changes if change.rule == "cuda-method"]
+    assert moved == [9, 10, 15]
+    assert all(".cuda(" in lines[number - 1] for number in moved)
+
+
+def test_a_device_string_kept_as_a_string_where_it_is_compared() -> None:
+    fixed = fix.fix_source(
+        'import torch\nDEVICE = "cuda"\nif DEVICE == "cuda":\n    print(DEVICE)\n'
+    ).fixed
+    assert "DEVICE = device.type" in fixed
+
+
+def test_device_assigned_from_a_cuda_string_becomes_the_device_choice() -> None:
+    fixed = fix.fix_source(
+        'import torch\n\ndef main():\n    device = torch.device("cuda")\n    return device\n'
+    ).fixed
+    assert f"    device = {fix.CHOOSE_DEVICE}\n" in fixed
+    assert fix.DEVICE_LINE + "\n" not in fixed.replace("    device", "")  # no module line
+
+
+def test_device_type_of_a_parameter_works_for_strings_and_devices() -> None:
+    source = "import torch\n\ndef step(device):\n    return torch.cuda.amp.autocast()\n"
+    fixed = fix.fix_source(source).fixed
+    assert "torch.amp.autocast(torch.device(device).type)" in fixed
+    assert torch.device("cpu").type == torch.device(torch.device("cpu")).type == "cpu"
+
+
+# --------------------------------------------------------------------------------------------
+# The table is the single source of the torch.cuda replacements
+
+
+def test_direct_replacements_come_from_the_table() -> None:
+    replacements = fix.direct_replacements()
+    by_name = {
+        entry.cuda_call.removeprefix("torch.cuda.").split("(")[0]: entry
+        for entry in CUDA_TO_ACCELERATOR
+    }
+    for name, replacement in replacements.items():
+        assert by_name[name].replacement.startswith(replacement)
+    assert replacements["synchronize"] == "torch.accelerator.synchronize"
+    assert replacements["manual_seed_all"] == "torch.manual_seed"
+    # Not the same call with the same arguments, or not the same result: never rewritten.
+    for name in ("Stream", "Event", "get_rng_state", "get_device_capability", "amp.autocast"):
+        assert name not in replacements
+
+
+@pytest.mark.skipif(torch.accelerator.is_available(), reason="needs a machine without GPU")
+def test_the_calls_guarded_as_statements_are_those_that_raise_without_an_accelerator() -> None:
+    arguments = {"set_device": (0,), "manual_seed": (0,), "manual_seed_all": (0,)}
+    for name, replacement in fix.direct_replacements().items():
+        if name in {"set_stream", "device", "OutOfMemoryError"}:
+            continue  # need a stream / a `with` block / are not calls
+        function = operator.attrgetter(replacement.removeprefix("torch."))(torch)
+        try:
+            function(*arguments.get(name, ()))
+            raised = False
+        except RuntimeError:
+            raised = True
+        assert raised == (name in fix.NEEDS_AN_ACCELERATOR), name
+
+
+# --------------------------------------------------------------------------------------------
+# The added device line: cuda on a GPU machine, cpu without an accelerator
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "expected"), [(torch.device("cuda"), "cuda"), (None, "cpu")]
+)
+def test_the_added_device_line_picks_cuda_on_cuda_and_cpu_without(
+    monkeypatch: pytest.MonkeyPatch, accelerator: torch.device | None, expected: str
+) -> None:
+    fixed = fix.fix_file(EXAMPLES / "train_cuda_only.py").fixed
+    (line,) = [text for text in fixed.splitlines() if text.startswith("device = ")]
+    assert line == fix.DEVICE_LINE
+    calls = []
+
+    def current_accelerator(check_available: bool = False) -> torch.device | None:
+        calls.append(check_available)
+        return accelerator
+
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", current_accelerator)
+    namespace: dict[str, object] = {"torch": torch}
+    exec(line, namespace)
+    assert namespace["device"] == torch.device(expected)
+    assert calls == [True]
+
+
+# --------------------------------------------------------------------------------------------
+# The book's examples
+
+
+def test_fixed_train_cuda_only_prints_the_losses_of_the_hand_ported_script(
+    tmp_path: Path,
+) -> None:
+    fixed = tmp_path / "train_fixed.py"
+    fixed.write_text(fix.fix_file(EXAMPLES / "train_cuda_only.py").fixed, encoding="utf-8")
+    scripts = (fixed, EXAMPLES / "train_portable.py")
+    runs = {  # both at once: each trains for a few seconds
+        script.name: subprocess.Popen(
+            [sys.executable, str(script)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            env={**os.environ, **OFFLINE_ENV},
+        )
+        for script in scripts
+    }
+    outputs = {}
+    for name, run in runs.items():
+        try:
+            stdout, stderr = run.communicate(timeout=180)
+        finally:
+            run.kill()
+        assert run.returncode == 0, stderr
+        outputs[name] = [line for line in stdout.splitlines() if LOSS_LINE.fullmatch(line)]
+    assert len(outputs["train_fixed.py"]) == 5
+    assert outputs["train_fixed.py"] == outputs["train_portable.py"]
+
+
+def test_fixed_train_cuda_only_has_no_covered_findings_left() -> None:
+    result = fix.fix_file(EXAMPLES / "train_cuda_only.py")
+    findings = audit.audit_code(result.fixed, "train_cuda_only.py")
+    assert [f for f in findings if f.rule in _covered_rules() and _must_change(f)] == []
+    assert {item.rule for item in result.left} == {"cudnn-setting"}
+
+
+@pytest.mark.parametrize("name", ["train_cuda_only.py", "ddp_cuda_only.py"])
+def test_what_the_audit_still_finds_is_what_the_fixer_reported_as_left(name: str) -> None:
+    result = fix.fix_file(EXAMPLES / name)
+    known = (fix.FIXED_RULES | fix.REPORTED_RULES) & set(audit.RULES)
+    still_found = Counter(
+        finding.rule
+        for finding in audit.audit_code(result.fixed, name)
+        if finding.rule in known and _must_change(finding)
+    )
+    assert still_found == Counter(item.rule for item in result.left if item.rule in known)
+    assert still_found
+
+
+def test_fixed_ddp_example_parses_and_reports_what_it_cannot_fix() -> None:
+    source = (EXAMPLES / "ddp_cuda_only.py").read_text(encoding="utf-8")
+    result = fix.fix_source(source)
+    ast.parse(result.fixed)
+    assert "dist.init_process_group()" in result.fixed
+    assert "pin_memory=torch.accelerator.is_available()" in result.fixed
+    lines = source.splitlines()
+    left = {(item.rule, lines[item.line - 1].strip()) for item in result.left}
+    assert left == {
+        ("set-device-index", "torch.cuda.set_device(local_rank)"),
+        ("to-int-device", "model = DDP(model.to(local_rank), device_ids=[local_rank])"),
+        ("ddp-device-ids", "model = DDP(model.to(local_rank), device_ids=[local_rank])"),
+        ("to-int-device", "batch_features = batch_features.to(local_rank)"),
+        (
+            "cuda-method",
+            "batch_targets = batch_targets.cuda(local_rank, non_blocking=True)",
+        ),
+    }
+    assert all("local_rank" in item.reason and "index 0" in item.reason for item in result.left)
+
+
+# --------------------------------------------------------------------------------------------
+# The command line
+
+
+def _run(paths: list[str], *, write: bool) -> tuple[int, str, str]:
+    stdout, stderr = io.StringIO(), io.StringIO()
+    status = fix.run_fix(paths, write=write, stdout=stdout, stderr=stderr)
+    return status, stdout.getvalue(), stderr.getvalue()
+
+
+def test_diff_mode_prints_a_diff_and_writes_nothing(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    original = (EXAMPLES / "train_cuda_only.py").read_text(encoding="utf-8")
+    script.write_text(original, encoding="utf-8")
+    status, stdout, stderr = _run([str(script)], write=False)
+    assert status == fix.EXIT_LEFT
+    assert stdout.startswith(f"--- a/{str(script).lstrip('/')}\n+++ b/")
+    assert "-    ).cuda()\n+    ).to(device)\n" in stdout
+    assert "left cudnn-setting" in stderr
+    assert script.read_text(encoding="utf-8") == original
+
+
+def test_write_mode_rewrites_in_place_and_a_second_run_is_clean(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_bytes(b"import torch\r\n\r\nx = torch.zeros(2).cuda()  # move\r\n")
+    status, stdout, stderr = _run([str(tmp_path)], write=True)
+    assert (status, stderr) == (fix.EXIT_CLEAN, "")
+    assert "fixed" in stdout
+    assert script.read_bytes() == (
+        b"import torch\r\n\r\n"
+        + fix.DEVICE_LINE.encode()
+        + b"\r\n\r\nx = torch.zeros(2).to(device)  # move\r\n"
+    )
+    assert _run([str(script)], write=True) == (fix.EXIT_CLEAN, "", "")
+    assert _run([str(script)], write=False) == (fix.EXIT_CLEAN, "", "")
+
+
+def test_unreadable_input_gives_one_line_and_status_2(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("def f(:\n", encoding="utf-8")
+    not_json = tmp_path / "chapter.ipynb"
+    not_json.write_text("{", encoding="utf-8")
+    for path in (tmp_path / "missing.py", broken, tmp_path / "notes.txt", not_json):
+        status, stdout, stderr = _run([str(path)], write=True)
+        assert status == fix.EXIT_UNREADABLE
+        assert stdout == ""
+        assert len(stderr.splitlines()) == 1
+        assert str(path) in stderr
+
+
+def test_a_fifo_or_an_oversized_file_is_refused_without_reading_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)
+    status, _, stderr = _run([str(fifo)], write=True)
+    assert (status, stderr) == (
+        fix.EXIT_UNREADABLE,
+        f"tpuready fix: error: {fifo}: not a regular file\n",
+    )
+    large = tmp_path / "large.py"
+    large.write_text("x = 1\n" * 10, encoding="utf-8")
+    monkeypatch.setattr(fix, "MAX_FILE_BYTES", 20)
+    status, _, stderr = _run([str(large)], write=True)
+    assert status == fix.EXIT_UNREADABLE
+    assert "60 bytes, over the 20" in stderr
+
+
+def _notebook(tmp_path: Path, *cells: nbformat.NotebookNode) -> Path:
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = list(cells)
+    path = tmp_path / "chapter.ipynb"
+    nbformat.write(notebook, path)
+    return path
+
+
+def test_a_notebook_gets_one_device_line_in_its_import_cell(tmp_path: Path) -> None:
+    on_purpose = nbformat.v4.new_code_cell("y = x.cuda()")
+    on_purpose.metadata["tags"] = [fix.CUDA_ON_PURPOSE_TAG]
+    path = _notebook(
+        tmp_path,
+        nbformat.v4.new_markdown_cell("x.cuda() in prose"),
+        nbformat.v4.new_code_cell("import torch"),
+        nbformat.v4.new_code_cell("x = torch.zeros(2).cuda()  # move"),
+        nbformat.v4.new_code_cell("%matplotlib inline\nz = x.cuda()"),
+        nbformat.v4.new_code_cell("w = x.to('cuda')"),
+        on_purpose,
+    )
+    result = fix.fix_notebook(path)
+    assert result.skipped == (3,)
+    fixed_cells = dict(result.cells)
+    assert fixed_cells[1].fixed == f"import torch\n\n{fix.DEVICE_LINE}"  # no final newline
+    assert fixed_cells[2].fixed == "x = torch.zeros(2).to(device)  # move"
+    assert fixed_cells[4].fixed == "w = x.to(device)"
+    assert 5 not in fixed_cells
+    status, stdout, stderr = _run([str(path)], write=True)
+    assert (status, stdout) == (fix.EXIT_LEFT, f"fixed {path}: 3 changes\n")
+    assert f"{path}:cell 3  skipped" in stderr
+    written = nbformat.read(path, as_version=4)
+    nbformat.validate(written)
+    sources = [cell.source for cell in written.cells]
+    assert sources[2] == "x = torch.zeros(2).to(device)  # move"
+    assert sources[3:5] == ["%matplotlib inline\nz = x.cuda()", "w = x.to(device)"]
+    assert sources[5] == "y = x.cuda()"
+    again = fix.fix_notebook(path)
+    assert not again.changed and again.fixed == again.original
+
+
+def test_a_notebook_that_defines_device_gets_no_device_line(tmp_path: Path) -> None:
+    path = _notebook(
+        tmp_path,
+        nbformat.v4.new_code_cell("import torch\nimport tpuready.device"),
+        nbformat.v4.new_code_cell("device = tpuready.device.choose_device()"),
+        nbformat.v4.new_code_cell("x = torch.zeros(2).cuda()\ntorch.cuda.manual_seed(0)"),
+    )
+    status, stdout, _ = _run([str(path)], write=False)
+    assert status == fix.EXIT_LEFT
+    assert f"--- a/{str(path).lstrip('/')}:cell 3\n" in stdout
+    assert "+x = torch.zeros(2).to(device)\n+torch.manual_seed(0)" in stdout
+    assert "accelerator.current_accelerator" not in stdout
+
+
+def test_the_book_portable_code_needs_no_change() -> None:
+    stdout, stderr = io.StringIO(), io.StringIO()
+    notebooks = REPOSITORY / "notebooks"
+    paths = [
+        str(notebooks / name)
+        for name in (
+            "01_device_agnostic_basics.ipynb",
+            "04_eager_graphs_and_host_syncs.ipynb",
+            "09_planning_8192_chips.ipynb",
+            "examples/train_portable.py",
+        )
+    ]
+    assert fix.run_fix(paths, write=False, stdout=stdout, stderr=stderr) == fix.EXIT_CLEAN
+    assert (stdout.getvalue(), stderr.getvalue()) == ("", "")
+
+
+def test_fix_source_refuses_what_is_not_python_text() -> None:
+    with pytest.raises(fix.FixInputError, match="cannot parse"):
+        fix.fix_source("def f(:\n")
+    with pytest.raises(TypeError, match="bytes"):
+        fix.fix_source(b"import torch")  # type: ignore[arg-type]
+
+
+def test_module_entry_point_prints_the_diff(tmp_path: Path) -> None:
+    script = tmp_path / "seed.py"
+    script.write_text("import torch\n\ntorch.cuda.manual_seed(0)\n", encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "tpuready.fix", "--diff", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPOSITORY,
+    )
+    assert result.returncode == fix.EXIT_LEFT
+    assert "-torch.cuda.manual_seed(0)\n+torch.manual_seed(0)\n" in result.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# Properties on generated scripts
+
+STATEMENTS = [
+    "{name} = {name}.cuda()",
+    "{name} = {name}.cuda(non_blocking=True)  # copy",
+    '{name} = {name}.to("cuda", non_blocking=True)',
+    "{name} = {name}.cuda({name})",
+    "torch.cuda.synchronize()",
+    "torch.cuda.manual_seed({number})",
+    "{name} = torch.cuda.memory_allocated()",
+    '{name} = torch.device("cuda")',
+    'device = "cuda" if torch.cuda.is_available() else "cpu"',
+    'device_type = "cuda" if torch.cuda.is_available() else "cpu"',
+    "with torch.cuda.amp.autocast():\n    {name} = {name} + 1",
+    "{name} = torch.cuda.amp.GradScaler()",
+    'dist.init_process_group("nccl")',
+    "{name} = DataLoader({name}, pin_memory=True)",
+    'x = {name}.to(f"cuda:{{{name}}}")',
+    "if torch.cuda.is_available():\n    {name} = {name}.cuda()",
+    'if device.type == "cuda":\n    torch.backends.cudnn.benchmark = True',
+    "torch.backends.cudnn.benchmark = True",
+    "assert torch.cuda.is_available()",
+    "if {name}: assert torch.cuda.is_available()",
+    "# a comment about cuda {number}",
+    '{name} = torch.zeros({number}, device="cuda")',
+]
+HEADERS = [
+    "import torch\nimport torch.distributed as dist\nfrom torch.utils.data import DataLoader\n",
+    "import torch.distributed as dist\nfrom torch.utils.data import DataLoader\n",
+]
+
+
+@st.composite
+def cuda_scripts(draw: st.DrawFn) -> str:
+    """A small script: imports, then statements from the patterns above, some in a function."""
+    names = st.sampled_from(["model", "batch", "features", "local_rank", "data"])
+    lines = [draw(st.sampled_from(HEADERS))]
+    for _ in range(draw(st.integers(1, 3))):
+        statements = [
+            draw(st.sampled_from(STATEMENTS)).format(
+                name=draw(names), number=draw(st.integers(0, 9))
+            )
+            for _ in range(draw(st.integers(1, 5)))
+        ]
+        if draw(st.booleans()):
+            body = "\n".join("    " + line for text in statements for line in text.split("\n"))
+            lines.append(
+                f"\ndef step(model, batch, features, local_rank, data, x):\n{body}\n    pass\n"
+            )
+        else:
+            lines.append("\n".join(statements) + "\n")
+    return "\n".join(lines)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cuda_scripts())
+def test_fixing_generated_scripts_parses_keeps_comments_and_is_idempotent(source: str) -> None:
+    result = fix.fix_source(source)
+    ast.parse(result.fixed)
+    assert _comments(source) <= _comments(result.fixed)
+    again = fix.fix_source(result.fixed)
+    assert again.fixed == result.fixed
+    assert again.changes == ()
+    line_count = len(source.splitlines())
+    assert all(1 <= item.line <= line_count for item in result.left)
+    assert all(1 <= change.line <= line_count + 1 for change in result.changes)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(hypothesmith.from_grammar())
+def test_any_python_is_fixed_or_refused_with_a_clear_error(source: str) -> None:
+    try:
+        result = fix.fix_source(source)
+    except fix.FixInputError:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)  # generated code may call an int
+        compile(result.fixed, "<fixed>", "exec")
+    assert fix.fix_source(result.fixed).fixed == result.fixed

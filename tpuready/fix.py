@@ -1,0 +1,1521 @@
+"""Port a CUDA-only script in one command: rewrite the CUDA ties `tpuready.audit` finds, where
+a rewrite is safe, and say what is left and why.
+
+Taught in `notebooks/01_device_agnostic_basics.ipynb` (the `--diff` of
+`notebooks/examples/train_cuda_only.py`). `fix_source(text)` and `fix_file(path)` return a
+`FixResult`; `python -m tpuready audit-source --fix PATH...` (or `python -m tpuready.fix`)
+writes the files, `--diff` prints a unified diff instead. The code is rewritten with libcst, so
+comments and formatting are kept; a second run changes nothing.
+
+What it rewrites (each keeps the code's behaviour on a CUDA GPU, where `device` is `cuda`):
+
+- `x.cuda()` / `x.cuda(non_blocking=True)` -> `x.to(device)` / `x.to(device, non_blocking=True)`.
+- `torch.cuda.X` -> its spelling in `tpuready.accelerator_api`'s table, for the entries whose
+  replacement is the same call with the same arguments (`torch.cuda.synchronize()` ->
+  `torch.accelerator.synchronize()`, `torch.cuda.manual_seed_all(s)` -> `torch.manual_seed(s)`).
+  Calls that raise on a machine with no accelerator (synchronize, memory statistics, ...) are
+  rewritten only as a statement of their own, under `if torch.accelerator.is_available():`.
+- `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(device.type, ...)` and
+  `torch.cuda.amp.GradScaler(...)` -> `torch.amp.GradScaler(device.type, ...)`.
+- A `"cuda"` device string -> `device` where a device is expected (`.to("cuda")`,
+  `torch.device("cuda")`, `device="cuda"`, `map_location="cuda"`), `device.type` where a device
+  type is (`device_type="cuda"`, `torch.autocast("cuda")`) or where the value stays a string
+  (a name compared with `"cuda"` later keeps a string: `device.type`). The whole
+  `"cuda" if torch.cuda.is_available() else "cpu"` (or `"cuda:0"`) becomes `device`; a name
+  assigned `device = "cuda"` becomes the device choice itself.
+- `init_process_group("nccl")` / `backend="nccl"` -> no backend (PyTorch picks one per device).
+- `pin_memory=True` -> `pin_memory=torch.accelerator.is_available()`.
+- `assert torch.cuda.is_available()` is removed: the ported script runs without a GPU.
+
+When the rewritten code names `device` and the module defines none at module level, one line
+`device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")`
+is added after the imports (and `import torch` when the module lacks it).
+
+Code inside an explicit CUDA guard (`if torch.cuda.is_available():`, `if device.type ==
+"cuda":`, `x if torch.cuda.is_available() else y`) is left alone: it is correct as it stands.
+What cannot be fixed safely is left and reported with advice: a device index (`"cuda:1"`,
+`f"cuda:{local_rank}"`, `.cuda(local_rank)`, `.to(local_rank)`, `device_ids=[local_rank]`),
+cuDNN and CUDA backend settings, and `torch.cuda` names with no same-argument replacement.
+
+Notebooks (`fix_notebook`) are rewritten cell by cell, as one module: imports in any cell
+resolve names in every cell, and the device line goes once into the first cell that imports
+torch. Cells tagged `cuda-on-purpose` are left alone; cells that are not plain Python (IPython
+magics) are left and reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import io
+import json
+import os
+import re
+import sys
+import tokenize
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import libcst as cst
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+
+from tpuready.accelerator_api import CUDA_TO_ACCELERATOR, equivalent_for
+
+__all__ = [
+    "CHOOSE_DEVICE",
+    "DEVICE_LINE",
+    "EXIT_CLEAN",
+    "EXIT_LEFT",
+    "EXIT_UNREADABLE",
+    "FIXED_RULES",
+    "MAX_FILE_BYTES",
+    "NEEDS_AN_ACCELERATOR",
+    "REPORTED_RULES",
+    "Change",
+    "FixInputError",
+    "FixResult",
+    "LeftUnfixed",
+    "NotebookFixResult",
+    "direct_replacements",
+    "fix_file",
+    "fix_notebook",
+    "fix_source",
+    "main",
+    "run_fix",
+]
+
+CHOOSE_DEVICE = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
+DEVICE_LINE = f"device = {CHOOSE_DEVICE}"
+
+# The audit rules (`tpuready.audit.RULES`) whose findings the fixer rewrites; what it cannot
+# rewrite safely under these rules it reports as left.
+FIXED_RULES: frozenset[str] = frozenset(
+    {
+        "cuda-method",
+        "torch-cuda-call",
+        "cuda-device-string",
+        "cuda-amp",
+        "nccl-backend",
+        "pin-memory",
+    }
+)
+
+# Audit rules the fixer never rewrites but reports where it sees them, with advice.
+REPORTED_RULES: frozenset[str] = frozenset(
+    {"to-int-device", "set-device-index", "ddp-device-ids", "cudnn-setting", "cuda-backend-setting"}
+)
+
+# `torch.cuda` names whose table replacement raises RuntimeError on a machine with no
+# accelerator (torch 2.13; checked by tests/test_fix.py): rewritten only as a statement of
+# their own, under `if torch.accelerator.is_available():`.
+NEEDS_AN_ACCELERATOR: frozenset[str] = frozenset(
+    {
+        "current_device",
+        "set_device",
+        "device",
+        "synchronize",
+        "current_stream",
+        "set_stream",
+        "empty_cache",
+        "memory_allocated",
+        "max_memory_allocated",
+        "reset_peak_memory_stats",
+        "memory_stats",
+        "memory_reserved",
+        "max_memory_reserved",
+        "reset_accumulated_memory_stats",
+        "mem_get_info",
+    }
+)
+
+# Entries with a same-argument replacement whose result differs: never rewritten.
+_DIFFERENT_RESULT = frozenset({"get_device_capability"})
+
+_ACCELERATOR_GUARD = "torch.accelerator.is_available()"
+_PER_RANK_ADVICE = (
+    "choose the device once per process: torch.accelerator.set_device_index(local_rank), then "
+    "device = torch.device(device.type, local_rank) (TorchTPU wants index 0: one device per "
+    "process)"
+)
+_INDEX_ADVICE = "an integer is a CUDA device index (TorchTPU ignores it): " + _PER_RANK_ADVICE
+_DEVICE_IDS_ADVICE = (
+    "drop device_ids/output_device once the model is on device (DDP then uses the module's "
+    "device); " + _PER_RANK_ADVICE
+)
+_CUDNN_ADVICE = {
+    "benchmark": 'no effect off CUDA: keep it, or set it only when device.type == "cuda"',
+}
+_SETTING_ADVICE = (
+    'choose by hand: keep it under `if device.type == "cuda":`, or use the backend-neutral '
+    "setting `python -m tpuready audit-source` names (its value matters: it can change results)"
+)
+CUDA_ON_PURPOSE_TAG = "cuda-on-purpose"  # notebook cells CUDA-only on purpose (see tpuready.audit)
+_SKIPPED_FOLDERS = frozenset({".venv", "venv", ".git", "_build", "__pycache__", "node_modules"})
+
+# Files larger than this are refused (libcst holds a whole tree in memory: about 1 KB a line).
+MAX_FILE_BYTES = 5_000_000
+
+EXIT_CLEAN = 0
+EXIT_LEFT = 1
+EXIT_UNREADABLE = 2
+
+
+class FixInputError(ValueError):
+    """Input the fixer cannot read: a missing file, undecodable bytes, or text that does not
+    parse as Python."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One rewrite, at its line in the original text."""
+
+    line: int
+    rule: str
+    description: str
+
+
+@dataclass(frozen=True)
+class LeftUnfixed:
+    """A CUDA tie the fixer left as it was (line in the original text), with what to do."""
+
+    line: int
+    rule: str
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class FixResult:
+    """The original text, the fixed text, what was changed and what was left."""
+
+    original: str
+    fixed: str
+    changes: tuple[Change, ...] = field(default_factory=tuple)
+    left: tuple[LeftUnfixed, ...] = field(default_factory=tuple)
+    # True when the rewrites name a module-level `device` that this text neither defines nor
+    # got added (a notebook cell whose device line goes into another cell).
+    needs_device_line: bool = False
+
+    @property
+    def changed(self) -> bool:
+        """True when the fixed text differs from the original."""
+        return self.fixed != self.original
+
+    def diff(self, path: str = "<string>") -> str:
+        """The change as a unified diff (`a/PATH`, `b/PATH`), empty when nothing changed."""
+        return "".join(
+            difflib.unified_diff(
+                self.original.splitlines(keepends=True),
+                self.fixed.splitlines(keepends=True),
+                fromfile=f"a/{path.lstrip('/')}",
+                tofile=f"b/{path.lstrip('/')}",
+            )
+        )
+
+
+def direct_replacements() -> dict[str, str]:
+    """`torch.cuda` name -> dotted replacement, for the entries of
+    `tpuready.accelerator_api.CUDA_TO_ACCELERATOR` whose replacement is the same call with the
+    same arguments (or the same class under another name), e.g. "synchronize" ->
+    "torch.accelerator.synchronize". `torch.cuda.amp` entries are handled on their own."""
+    spelling = re.compile(r"(?P<name>[A-Za-z_][\w.]*)(?:\((?P<arguments>[^()]*)\))?")
+    replacements: dict[str, str] = {}
+    for entry in CUDA_TO_ACCELERATOR:
+        cuda = spelling.fullmatch(entry.cuda_call)
+        portable = spelling.fullmatch(entry.replacement)
+        if cuda is None or portable is None:
+            continue
+        if cuda.group("arguments") != portable.group("arguments"):
+            continue
+        name = cuda.group("name").removeprefix("torch.cuda.")
+        if name.startswith("amp") or name in _DIFFERENT_RESULT:
+            continue
+        replacements[name] = portable.group("name")
+    return replacements
+
+
+_DIRECT = direct_replacements()
+
+# --------------------------------------------------------------------------------------------
+# Reading the module
+
+
+def _dotted(node: cst.BaseExpression) -> str | None:
+    """`a.b.c` for a Name or Attribute chain, else None."""
+    parts: list[str] = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def _string_value(node: cst.CSTNode) -> str | None:
+    """The value of a plain string literal (no f-string), else None."""
+    if isinstance(node, cst.SimpleString | cst.ConcatenatedString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Every node under `node`, itself included (iterative: deep expressions do not recurse)."""
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        yield current
+        pending.extend(current.children)
+
+
+class _ModuleFacts(cst.CSTVisitor):
+    """What the fixer needs to know before rewriting: imports, and names used as strings."""
+
+    def __init__(self) -> None:
+        self.aliases: dict[str, str] = {"torch": "torch"}
+        self.binds_torch = False
+        self.string_used: set[str] = set()
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        for alias in node.names:
+            full = _dotted(alias.name) or ""
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self.aliases[alias.asname.name.value] = full
+            else:
+                top = full.split(".")[0]
+                self.aliases[top] = top
+                if top == "torch":
+                    self.binds_torch = True
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        module = _dotted(node.module) if node.module is not None else None
+        if module is None or node.relative or isinstance(node.names, cst.ImportStar):
+            return False
+        for alias in node.names:
+            name = _dotted(alias.name) or ""
+            local = name
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+            self.aliases[local] = f"{module}.{name}"
+        return False
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        operands = [node.left, *(target.comparator for target in node.comparisons)]
+        if any(isinstance(operand, cst.SimpleString | cst.FormattedString) for operand in operands):
+            for operand in operands:
+                name = _dotted(operand)
+                if name is not None:
+                    self.string_used.add(name)
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        for operand in (node.left, node.right):
+            name = _dotted(operand)
+            if name is not None:
+                self.string_used.add(name)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        # `name.startswith(...)`, `name.split(":")`: a string method on the name.
+        if node.attr.value not in {"type", "index"}:
+            name = _dotted(node.value)
+            if name is not None and not name.startswith("torch"):
+                self.string_used.add(name)
+
+
+def _binds_device(statements: Sequence[cst.CSTNode]) -> bool:
+    """True when these statements (not nested functions or classes) assign `device`."""
+    return bool(_device_values(statements))
+
+
+def _device_values(statements: Sequence[cst.CSTNode]) -> list[cst.BaseExpression | None]:
+    """The values these statements (not nested functions or classes) assign to `device`;
+    None for a binding whose value is unknown (a loop, `with ... as device`). Only statements
+    are walked, never expressions: libcst's `children` costs a visit per node."""
+    values: list[cst.BaseExpression | None] = []
+    pending = list(statements)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.FunctionDef | cst.ClassDef):
+            continue
+        if isinstance(node, cst.SimpleStatementLine | cst.SimpleStatementSuite):
+            pending.extend(node.body)
+            continue
+        if isinstance(node, cst.Assign):
+            if any(_dotted(target.target) == "device" for target in node.targets):
+                values.append(node.value)
+        elif isinstance(node, cst.AnnAssign | cst.AugAssign):
+            if _dotted(node.target) == "device":
+                values.append(getattr(node, "value", None))
+        elif _binds_device_without_a_value(node):
+            values.append(None)
+        for attribute in ("body", "orelse", "handlers", "finalbody"):
+            child = getattr(node, attribute, None)
+            if isinstance(child, cst.CSTNode):
+                pending.append(child)
+            elif isinstance(child, Sequence) and not isinstance(child, str):
+                pending.extend(item for item in child if isinstance(item, cst.CSTNode))
+    return values
+
+
+def _binds_device_without_a_value(node: cst.CSTNode) -> bool:
+    """`for device in ...:` or `with ... as device:`."""
+    if isinstance(node, cst.For):
+        return _dotted(node.target) == "device"
+    if isinstance(node, cst.With):
+        return any(
+            item.asname is not None and _dotted(item.asname.name) == "device"  # type: ignore[arg-type]
+            for item in node.items
+        )
+    return False
+
+
+def _scope_kind(
+    parameters: cst.Parameters | None, statements: Sequence[cst.CSTNode], string_used: bool
+) -> str | None:
+    """How a scope binds `device`: None (not here), "device" (a torch.device for sure) or
+    "unknown" (a parameter, or a value that may be a string)."""
+    if parameters is not None:
+        for parameter in [
+            *parameters.posonly_params,
+            *parameters.params,
+            *parameters.kwonly_params,
+        ]:
+            if parameter.name.value == "device":
+                annotation = parameter.annotation
+                if annotation is not None and _dotted(annotation.annotation) == "torch.device":
+                    return "device"
+                return "unknown"
+    values = _device_values(statements)
+    if not values:
+        return None
+    if string_used or not all(value is not None and _makes_a_device(value) for value in values):
+        return "unknown"
+    return "device"
+
+
+def _makes_a_device(value: cst.BaseExpression) -> bool:
+    """True for expressions that give a torch.device: `torch.device(...)`,
+    `current_accelerator(...) or ...`, `choose_device()`, `x.device`, a CUDA device string the
+    fixer turns into the device choice."""
+    if isinstance(value, cst.BooleanOperation):
+        return _makes_a_device(value.left) or _makes_a_device(value.right)
+    if isinstance(value, cst.Call):
+        name = _dotted(value.func) or ""
+        return name.rsplit(".", 1)[-1] in {"device", "current_accelerator", "choose_device"}
+    if isinstance(value, cst.Attribute):
+        return value.attr.value == "device"
+    if _string_value(value) == "cuda":
+        return True
+    return isinstance(value, cst.IfExp) and _string_value(value.body) == "cuda"
+
+
+# --------------------------------------------------------------------------------------------
+# The rewriter
+
+
+class _Rewriter(cst.CSTTransformer):
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, facts: _ModuleFacts, module: cst.Module) -> None:
+        super().__init__()
+        self.facts = facts
+        self.module = module
+        self.changes: list[Change] = []
+        self.left: list[LeftUnfixed] = []
+        self.uses_torch = False
+        self.module_device_needed = False
+        self.first_device_line: int | None = None
+        self.device_scopes: list[str | None] = [
+            _scope_kind(None, module.body, "device" in facts.string_used)
+        ]
+        self._call_funcs: set[int] = set()
+        self._inner_attributes: set[int] = set()
+        self._statement_calls: set[int] = set()
+        self._reported: set[int] = set()
+        self._removed: set[int] = set()
+        self._removed_lines: set[int] = set()
+        self._statement_of: dict[int, cst.Call] = {}
+        self._set_device_index: dict[int, cst.BaseExpression | None] = {}
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _line(self, node: cst.CSTNode) -> int:
+        return self.get_metadata(PositionProvider, node).start.line
+
+    def _code(self, node: cst.CSTNode) -> str:
+        return " ".join(self.module.code_for_node(node).split()).rstrip(", ")
+
+    def _qualify(self, node: cst.BaseExpression) -> str | None:
+        name = _dotted(node)
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        full_head = self.facts.aliases.get(head)
+        if full_head is None:
+            return None
+        return f"{full_head}.{rest}" if rest else full_head
+
+    def _change(self, node: cst.CSTNode, rule: str, description: str) -> None:
+        self.changes.append(Change(self._line(node), rule, description))
+
+    def _leave(
+        self, node: cst.CSTNode, rule: str, reason: str, *, shown: cst.CSTNode | None = None
+    ) -> None:
+        """Report `node` as left unfixed (`shown`: the code to show, when not `node`)."""
+        if id(node) in self._reported:
+            return
+        self._reported.add(id(node))
+        code = self._code(shown if shown is not None else node)
+        self.left.append(LeftUnfixed(self._line(node), rule, code, reason))
+
+    def _torch(self, expression: str) -> cst.BaseExpression:
+        self.uses_torch = True
+        return cst.parse_expression(expression)
+
+    def _device(
+        self, node: cst.CSTNode, *, as_type: bool, outer: bool = False
+    ) -> cst.BaseExpression:
+        """`device` or its type, as the scope binds `device` (`outer`: the scope around the
+        current function, where its parameter defaults are evaluated)."""
+        scopes = self.device_scopes[:-1] if outer and len(self.device_scopes) > 1 else None
+        scopes = scopes if scopes is not None else self.device_scopes
+        kind = next((kind for kind in reversed(scopes) if kind), None)
+        if kind is None:
+            self.module_device_needed = True
+            self.uses_torch = True
+            line = self._line(node)
+            if self.first_device_line is None or line < self.first_device_line:
+                self.first_device_line = line
+        if not as_type:
+            return cst.Name("device")
+        if kind == "unknown":
+            return self._torch("torch.device(device).type")
+        return cst.parse_expression("device.type")
+
+    def _is_cuda_check(self, test: cst.BaseExpression) -> bool:
+        """An explicit CUDA guard: `torch.cuda.is_available()`, `torch.cuda.device_count()`,
+        or a comparison with a `"cuda..."` string, anywhere in the test."""
+        for node in _walk(test):
+            if isinstance(node, cst.Call) and self._qualify(node.func) in {
+                "torch.cuda.is_available",
+                "torch.cuda.device_count",
+            }:
+                return True
+            if isinstance(node, cst.Comparison):
+                operands = [node.left, *(target.comparator for target in node.comparisons)]
+                if any((_string_value(operand) or "").startswith("cuda") for operand in operands):
+                    return True
+        return False
+
+    def _is_availability_choice(self, node: cst.IfExp) -> bool:
+        """`"cuda" if torch.cuda.is_available() else "cpu"` (or `"cuda:0"`, the same device in
+        a process that never calls set_device)."""
+        test = node.test
+        return (
+            isinstance(test, cst.Call)
+            and self._qualify(test.func) == "torch.cuda.is_available"
+            and _string_value(node.body) in {"cuda", "cuda:0"}
+            and _string_value(node.orelse) == "cpu"
+        )
+
+    def _device_value(
+        self,
+        original: cst.BaseExpression,
+        updated: cst.BaseExpression,
+        *,
+        as_type: bool,
+        outer: bool = False,
+    ) -> cst.BaseExpression:
+        """Rewrite a CUDA device string used as a device (or device type); report what cannot
+        be rewritten; return `updated` unchanged for anything else."""
+        rule = "cuda-device-string"
+        text = _string_value(original)
+        wanted = "device.type" if as_type else "device"
+        if text == "cuda":
+            self._change(original, rule, f"{self._code(original)} -> {wanted}")
+            return self._device(original, as_type=as_type, outer=outer)
+        if text is not None and re.fullmatch(r"cuda:\d+", text):
+            self._leave(original, rule, f"a fixed GPU index: {_PER_RANK_ADVICE}")
+            return updated
+        if isinstance(original, cst.FormattedString):
+            first = original.parts[0] if original.parts else None
+            if isinstance(first, cst.FormattedStringText) and first.value.startswith("cuda"):
+                self._leave(original, rule, f"a device index per process: {_PER_RANK_ADVICE}")
+            return updated
+        if isinstance(original, cst.BinaryOperation) and (
+            _string_value(original.left) or ""
+        ).startswith("cuda:"):
+            self._leave(original, rule, f"a device index per process: {_PER_RANK_ADVICE}")
+            return updated
+        if (
+            isinstance(original, cst.Call)
+            and isinstance(original.func, cst.Attribute)
+            and original.func.attr.value == "format"
+            and (_string_value(original.func.value) or "").startswith("cuda:")
+        ):
+            self._leave(original, rule, f"a device index per process: {_PER_RANK_ADVICE}")
+            return updated
+        if isinstance(original, cst.IfExp) and isinstance(updated, cst.IfExp):
+            if self._is_availability_choice(original):
+                self._change(original, rule, f"{self._code(original)} -> {wanted}")
+                return self._device(original, as_type=as_type, outer=outer)
+            if self._is_cuda_check(original.test):
+                branches = (_string_value(original.body), _string_value(original.orelse))
+                if not any((branch or "").startswith("cuda") for branch in branches):
+                    return updated  # guarded code, correct as it stands
+                self._leave(
+                    original,
+                    rule,
+                    "a choice between CUDA and the CPU picks the CPU on a TPU: write device, "
+                    f"where {DEVICE_LINE}",
+                )
+                return updated
+            return updated.with_changes(
+                body=self._device_value(original.body, updated.body, as_type=as_type, outer=outer),
+                orelse=self._device_value(
+                    original.orelse, updated.orelse, as_type=as_type, outer=outer
+                ),
+            )
+        if isinstance(original, cst.BooleanOperation) and isinstance(updated, cst.BooleanOperation):
+            return updated.with_changes(
+                left=self._device_value(original.left, updated.left, as_type=as_type, outer=outer),
+                right=self._device_value(
+                    original.right, updated.right, as_type=as_type, outer=outer
+                ),
+            )
+        return updated
+
+    # -- guards and imports: not entered ---------------------------------------------------
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_If(self, node: cst.If) -> bool:
+        return not self._is_cuda_check(node.test)
+
+    def visit_IfExp(self, node: cst.IfExp) -> bool:
+        return not self._is_cuda_check(node.test)
+
+    def visit_Assert(self, node: cst.Assert) -> bool:
+        return not self._is_cuda_check(node.test)
+
+    def leave_Assert(
+        self, original_node: cst.Assert, updated_node: cst.Assert
+    ) -> cst.Assert | cst.RemovalSentinel:
+        test = original_node.test
+        if isinstance(test, cst.Call) and self._qualify(test.func) == "torch.cuda.is_available":
+            self._change(
+                original_node,
+                "torch-cuda-call",
+                "removed `assert torch.cuda.is_available()`: the ported script runs anywhere",
+            )
+            self._removed.add(id(original_node))
+        return updated_node
+
+    def removed_statement(self, statement: cst.CSTNode) -> bool:
+        """True when the rewrite removed this whole top-level statement line."""
+        return isinstance(statement, cst.SimpleStatementLine) and all(
+            id(small) in self._removed for small in statement.body
+        )
+
+    def _drop_removed_lines(
+        self, body: Sequence[cst.BaseStatement]
+    ) -> tuple[list[cst.BaseStatement], list[cst.EmptyLine]]:
+        """The statements left once removed lines are dropped, and the lines (comments, blank
+        lines, the removed line's own comment) still to place after the last statement."""
+        kept: list[cst.BaseStatement] = []
+        pending: list[cst.EmptyLine] = []
+        for statement in body:
+            if id(statement) not in self._removed_lines:
+                if pending:
+                    statement = statement.with_changes(
+                        leading_lines=[*pending, *statement.leading_lines]
+                    )
+                    pending = []
+                kept.append(statement)
+                continue
+            # Forget the id once the line is gone: Python reuses the ids of freed objects.
+            self._removed_lines.discard(id(statement))
+            pending += statement.leading_lines  # type: ignore[attr-defined]
+            comment = statement.trailing_whitespace.comment  # type: ignore[attr-defined]
+            if comment is not None:
+                pending.append(cst.EmptyLine(comment=comment))
+        return kept, pending
+
+    def leave_SimpleStatementSuite(
+        self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
+    ) -> cst.SimpleStatementSuite:
+        """`if x: assert torch.cuda.is_available()` on one line: drop the assert, keep a pass."""
+        removed = [id(small) in self._removed for small in original_node.body]
+        if not any(removed):
+            return updated_node
+        kept = [
+            small
+            for small, is_removed in zip(updated_node.body, removed, strict=True)
+            if not is_removed
+        ] or [cst.Pass()]
+        kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+        return updated_node.with_changes(body=kept)
+
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        kept, pending = self._drop_removed_lines(updated_node.body)
+        if len(kept) == len(updated_node.body):
+            return updated_node
+        if not kept:
+            kept = [cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=pending)]
+            pending = []
+        return updated_node.with_changes(body=kept, footer=[*pending, *updated_node.footer])
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        kept, pending = self._drop_removed_lines(updated_node.body)
+        if len(kept) == len(updated_node.body):
+            return updated_node
+        return updated_node.with_changes(body=kept, footer=[*pending, *updated_node.footer])
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        string_used = "device" in self.facts.string_used
+        self.device_scopes.append(_scope_kind(node.params, [node.body], string_used))
+
+    def leave_FunctionDef(
+        self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
+    ) -> cst.FunctionDef:
+        self.device_scopes.pop()
+        return updated_node
+
+    # -- torch.cuda names ----------------------------------------------------------------
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._inner_attributes.add(id(node.value))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self._call_funcs.add(id(node.func))
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        if len(node.body) != 1 or not isinstance(node.body[0], cst.Expr):
+            return
+        call = node.body[0].value
+        if isinstance(call, cst.Call):
+            name = self._qualify(call.func) or ""
+            member = name.removeprefix("torch.cuda.")
+            if (
+                name.startswith("torch.cuda.")
+                and member in NEEDS_AN_ACCELERATOR
+                and member in _DIRECT
+            ):
+                self._statement_calls.add(id(call.func))
+                self._statement_of[id(call.func)] = call
+                if member == "set_device":
+                    self._set_device_index[id(call.func)] = (
+                        call.args[0].value if call.args else None
+                    )
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.RemovalSentinel:
+        removed = [id(small) in self._removed for small in original_node.body]
+        if all(removed):
+            self._removed_lines.add(id(updated_node))  # dropped by the enclosing block
+            return updated_node
+        if any(removed):
+            kept = [
+                small
+                for small, is_removed in zip(updated_node.body, removed, strict=True)
+                if not is_removed
+            ]
+            kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+            return updated_node.with_changes(body=kept)
+        if len(original_node.body) != 1 or not isinstance(original_node.body[0], cst.Expr):
+            return updated_node
+        call = original_node.body[0].value
+        if not (isinstance(call, cst.Call) and id(call.func) in self._statement_calls):
+            return updated_node
+        inner = updated_node.with_changes(leading_lines=())
+        return cst.If(
+            test=self._torch(_ACCELERATOR_GUARD),
+            body=cst.IndentedBlock(body=[inner]),
+            leading_lines=original_node.leading_lines,
+        )
+
+    def _rewrite_cuda_name(
+        self, original: cst.BaseExpression, updated: cst.BaseExpression
+    ) -> cst.BaseExpression:
+        name = self._qualify(original)
+        if name is None or not name.startswith("torch.cuda."):
+            return updated
+        member = name.removeprefix("torch.cuda.")
+        if member == "amp" or member.startswith("amp."):
+            if member not in {"amp.autocast", "amp.GradScaler"} or (
+                id(original) not in self._call_funcs
+            ):
+                entry = equivalent_for(member)
+                advice = entry.replacement if entry else f"torch.{member}"
+                self._leave(original, "cuda-amp", f"write {advice}")
+            return updated  # autocast and GradScaler calls are rewritten in leave_Call
+        replacement = _DIRECT.get(member)
+        entry = equivalent_for(member)
+        if replacement is None:
+            if entry is None:
+                reason = (
+                    "no replacement in tpuready.accelerator_api: look under torch.accelerator, "
+                    'or run it only when device.type == "cuda"'
+                )
+            else:
+                reason = f"write {entry.replacement}" + (f" ({entry.note})" if entry.note else "")
+            self._leave(original, "torch-cuda-call", reason)
+            return updated
+        if member == "set_device" and id(original) in self._statement_calls:
+            index = self._set_device_index.get(id(original))
+            if not (isinstance(index, cst.Integer) and index.value == "0"):
+                self._leave(
+                    original,
+                    "set-device-index",
+                    _PER_RANK_ADVICE,
+                    shown=self._statement_of.get(id(original), original),
+                )
+                self._statement_calls.discard(id(original))
+                return updated
+        if member in NEEDS_AN_ACCELERATOR and id(original) not in self._statement_calls:
+            self._leave(
+                original,
+                "torch-cuda-call",
+                f"{replacement} raises on a machine without an accelerator: call it under "
+                f"`if {_ACCELERATOR_GUARD}:`",
+            )
+            return updated
+        self._change(original, "torch-cuda-call", f"{name} -> {replacement}")
+        return self._torch(replacement)
+
+    def leave_Attribute(
+        self, original_node: cst.Attribute, updated_node: cst.Attribute
+    ) -> cst.BaseExpression:
+        if id(original_node) in self._inner_attributes:
+            return updated_node
+        name = self._qualify(original_node)
+        if name is None:
+            return updated_node
+        if name.startswith("torch.cuda."):
+            return self._rewrite_cuda_name(original_node, updated_node)
+        if name == "torch.cuda":
+            self._leave(
+                original_node,
+                "torch-cuda-call",
+                "the torch.cuda module itself: use torch.get_device_module(device)",
+            )
+        if name.startswith("torch.backends.cudnn.") or name.startswith("torch.backends.cuda."):
+            setting = name.rsplit(".", 1)[-1]
+            rule = "cudnn-setting" if ".cudnn." in name else "cuda-backend-setting"
+            self._leave(original_node, rule, _CUDNN_ADVICE.get(setting, _SETTING_ADVICE))
+        return updated_node
+
+    # -- calls ----------------------------------------------------------------------------
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        func = original_node.func
+        name = self._qualify(func)
+        method = func.attr.value if isinstance(func, cst.Attribute) else None
+        last = name.rsplit(".", 1)[-1] if name else (method or _dotted(func) or "")
+
+        if method == "cuda" and name != "torch.cuda":
+            return self._fix_cuda_method(original_node, updated_node)
+        if isinstance(func, cst.Name) and name and name.startswith("torch.cuda."):
+            updated_node = updated_node.with_changes(
+                func=self._rewrite_cuda_name(func, updated_node.func)
+            )
+        if name in {"torch.cuda.amp.autocast", "torch.cuda.amp.GradScaler"}:
+            return self._fix_amp(original_node, updated_node, name)
+        if name == "torch.device":
+            return self._fix_torch_device(original_node, updated_node)
+        if last in {"init_process_group", "new_group"}:
+            updated_node = self._fix_backend(original_node, updated_node, last)
+        if name in _DEVICE_FIRST_ARGUMENT or method == "to":
+            as_type = _DEVICE_FIRST_ARGUMENT.get(name or "", False)
+            updated_node = self._fix_first_argument(original_node, updated_node, as_type=as_type)
+        return self._fix_keywords(original_node, updated_node)
+
+    def _fix_cuda_method(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        index = [
+            argument
+            for argument in original.args
+            if argument.keyword is None or argument.keyword.value == "device"
+        ]
+        if index:
+            self._leave(original.func.attr, "cuda-method", _INDEX_ADVICE, shown=original)  # type: ignore[attr-defined]
+            return updated
+        self._change(original.func.attr, "cuda-method", ".cuda(...) -> .to(device, ...)")  # type: ignore[attr-defined]
+        device_argument = cst.Arg(value=self._device(original, as_type=False))
+        if updated.args:
+            device_argument = device_argument.with_changes(
+                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            )
+        func = updated.func.with_changes(attr=cst.Name("to"))  # type: ignore[attr-defined]
+        return updated.with_changes(func=func, args=[device_argument, *updated.args])
+
+    def _fix_amp(self, original: cst.Call, updated: cst.Call, name: str) -> cst.BaseExpression:
+        member = name.rsplit(".", 1)[-1]
+        positional = [argument for argument in original.args if argument.keyword is None]
+        if member == "autocast" and positional:
+            self._leave(
+                original,
+                "cuda-amp",
+                "torch.amp.autocast(device.type, ...) with the arguments as keywords "
+                "(its positional order differs)",
+            )
+            return updated
+        self._change(original, "cuda-amp", f"{name}(...) -> torch.amp.{member}(device.type, ...)")
+        first = cst.Arg(value=self._device(original, as_type=True))
+        if updated.args:
+            first = first.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        return updated.with_changes(
+            func=self._torch(f"torch.amp.{member}"), args=[first, *updated.args]
+        )
+
+    def _fix_torch_device(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if len(original.args) != 1:
+            if original.args and _string_value(original.args[0].value) == "cuda":
+                self._leave(original, "cuda-device-string", f"a device index: {_PER_RANK_ADVICE}")
+            return updated
+        argument = original.args[0]
+        if argument.keyword is not None and argument.keyword.value != "type":
+            return updated
+        value = argument.value
+        if _string_value(value) == "cuda" or (  # the whole call is the device
+            isinstance(value, cst.IfExp) and self._is_availability_choice(value)
+        ):
+            self._change(original, "cuda-device-string", f"{self._code(original)} -> device")
+            return self._device(original, as_type=False)
+        new_value = self._device_value(value, updated.args[0].value, as_type=False)
+        return updated.with_changes(args=[updated.args[0].with_changes(value=new_value)])
+
+    def _fix_backend(self, original: cst.Call, updated: cst.Call, last: str) -> cst.Call:
+        keep: list[cst.Arg] = []
+        for position, (before, after) in enumerate(zip(original.args, updated.args, strict=True)):
+            is_backend = (before.keyword is not None and before.keyword.value == "backend") or (
+                before.keyword is None and position == 0 and last == "init_process_group"
+            )
+            if not is_backend:
+                keep.append(after)
+                continue
+            value = before.value
+            text = _string_value(value)
+            is_nccl = (text or "").lower() == "nccl" or (_dotted(value) or "").endswith(
+                "Backend.NCCL"
+            )
+            positional_after = before.keyword is None and any(
+                other.keyword is None for other in original.args[1:]
+            )
+            if is_nccl and not positional_after:
+                self._change(value, "nccl-backend", f"dropped backend {self._code(value)}")
+                continue
+            if (text and "nccl" in text.lower()) or is_nccl:
+                self._leave(
+                    value,
+                    "nccl-backend",
+                    "name no backend (PyTorch picks gloo on CPU, nccl on CUDA, tpu_dist on "
+                    "TorchTPU), or pass the others by keyword",
+                )
+            keep.append(after)
+        if len(keep) == len(updated.args):
+            return updated
+        if keep:
+            keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(args=keep)
+
+    def _fix_first_argument(
+        self, original: cst.Call, updated: cst.Call, *, as_type: bool
+    ) -> cst.Call:
+        if not original.args or original.args[0].keyword is not None:
+            return updated
+        first = original.args[0].value
+        if _looks_like_index(first):
+            self._leave(first, "to-int-device", _INDEX_ADVICE, shown=original)
+            return updated
+        new_value = self._device_value(first, updated.args[0].value, as_type=as_type)
+        if new_value is updated.args[0].value:
+            return updated
+        return updated.with_changes(
+            args=[updated.args[0].with_changes(value=new_value), *updated.args[1:]]
+        )
+
+    def _fix_keywords(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        new_arguments = list(updated.args)
+        choice_lists = [
+            argument.value
+            for argument in original.args
+            if argument.keyword is not None and argument.keyword.value == "choices"
+        ]
+        has_choices = bool(choice_lists)
+        choices = {
+            _string_value(element.value)
+            for node in choice_lists
+            if isinstance(node, cst.List | cst.Tuple | cst.Set)
+            for element in node.elements
+        }
+        for position, argument in enumerate(original.args):
+            keyword = argument.keyword.value if argument.keyword is not None else None
+            if keyword is None or position >= len(new_arguments):
+                continue
+            current = new_arguments[position]
+            if keyword in _DEVICE_KEYWORDS:
+                as_type = _DEVICE_KEYWORDS[keyword]
+                if keyword == "device" and _looks_like_index(argument.value):
+                    self._leave(argument.value, "to-int-device", _INDEX_ADVICE, shown=original)
+                    continue
+                value = self._device_value(argument.value, current.value, as_type=as_type)
+                new_arguments[position] = current.with_changes(value=value)
+            elif keyword == "default" and not has_choices:
+                # argparse: `add_argument("--device", default="cuda")` keeps a string.
+                value = self._device_value(argument.value, current.value, as_type=True)
+                new_arguments[position] = current.with_changes(value=value)
+            elif keyword == "default" and "cpu" in choices and _string_value(argument.value):
+                if (_string_value(argument.value) or "").startswith("cuda"):
+                    self._leave(
+                        argument,
+                        "cuda-device-string",
+                        "default=device.type, with the accelerator types in choices",
+                    )
+            elif keyword == "pin_memory" and _is_true(argument.value):
+                self._change(
+                    argument, "pin-memory", "pin_memory=True -> torch.accelerator.is_available()"
+                )
+                new_arguments[position] = current.with_changes(
+                    value=self._torch("torch.accelerator.is_available()")
+                )
+            elif keyword in {"device_ids", "output_device"}:
+                self._leave(argument, "ddp-device-ids", _DEVICE_IDS_ADVICE)
+        return updated.with_changes(args=new_arguments)
+
+    # -- assignments and other places where a device string stands -------------------------
+
+    def _fix_assigned(
+        self, target: cst.BaseExpression, original: cst.BaseExpression, updated: cst.BaseExpression
+    ) -> cst.BaseExpression:
+        target_name = _dotted(target)
+        if target_name is None:
+            return updated
+        last = target_name.rsplit(".", 1)[-1]
+        string_used = target_name in self.facts.string_used
+        if target_name == "device":
+            return self._fix_device_assignment(original, updated, string_used=string_used)
+        as_type = "type" in last or string_used
+        return self._device_value(original, updated, as_type=as_type)
+
+    def _fix_device_assignment(
+        self, original: cst.BaseExpression, updated: cst.BaseExpression, *, string_used: bool
+    ) -> cst.BaseExpression:
+        """`device = "cuda"` (or the availability choice, or `torch.device("cuda")`) becomes
+        the device choice itself: `device = device` would name what it defines."""
+        choose = f"({CHOOSE_DEVICE}).type" if string_used else CHOOSE_DEVICE
+        if _string_value(original) == "cuda" or (
+            isinstance(original, cst.IfExp) and self._is_availability_choice(original)
+        ):
+            self._change(original, "cuda-device-string", f"{self._code(original)} -> {choose}")
+            return self._torch(choose)
+        if isinstance(updated, cst.Name) and updated.value == "device":
+            return self._torch(choose)  # torch.device("cuda"), already counted as a change
+        if isinstance(original, cst.IfExp | cst.BooleanOperation) and any(
+            (_string_value(node) or "").startswith("cuda")
+            for node in _walk(original)
+            if isinstance(node, cst.SimpleString)
+        ):
+            self._leave(original, "cuda-device-string", f"write device = {CHOOSE_DEVICE}")
+            return updated
+        return self._device_value(original, updated, as_type=False)
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        if len(original_node.targets) != 1:
+            return updated_node
+        value = self._fix_assigned(
+            original_node.targets[0].target, original_node.value, updated_node.value
+        )
+        return updated_node.with_changes(value=value)
+
+    def leave_AnnAssign(
+        self, original_node: cst.AnnAssign, updated_node: cst.AnnAssign
+    ) -> cst.AnnAssign:
+        if original_node.value is None or updated_node.value is None:
+            return updated_node
+        value = self._fix_assigned(original_node.target, original_node.value, updated_node.value)
+        return updated_node.with_changes(value=value)
+
+    def leave_Return(self, original_node: cst.Return, updated_node: cst.Return) -> cst.Return:
+        if original_node.value is None or updated_node.value is None:
+            return updated_node
+        value = self._device_value(original_node.value, updated_node.value, as_type=True)
+        return updated_node.with_changes(value=value)
+
+    def leave_Param(self, original_node: cst.Param, updated_node: cst.Param) -> cst.Param:
+        if original_node.default is None or updated_node.default is None:
+            return updated_node
+        value = self._device_value(
+            original_node.default, updated_node.default, as_type=True, outer=True
+        )
+        return updated_node.with_changes(default=value)
+
+    def leave_DictElement(
+        self, original_node: cst.DictElement, updated_node: cst.DictElement
+    ) -> cst.DictElement:
+        key = _string_value(original_node.key)
+        if key not in _DEVICE_KEYWORDS:
+            return updated_node
+        value = self._device_value(
+            original_node.value, updated_node.value, as_type=_DEVICE_KEYWORDS[key]
+        )
+        return updated_node.with_changes(value=value)
+
+
+# Calls whose first positional argument is a device, and whether it is a device *type*.
+_DEVICE_FIRST_ARGUMENT = {
+    "torch.set_default_device": False,
+    "torch.Generator": False,
+    "torch.get_device_module": False,
+    "torch.autocast": True,
+    "torch.amp.autocast": True,
+    "torch.amp.GradScaler": True,
+    "torch.distributed.device_mesh.init_device_mesh": True,
+    "torch.distributed.init_device_mesh": True,
+}
+# Keyword arguments (and dict keys) whose value is a device, and whether it is a device type.
+_DEVICE_KEYWORDS = {
+    "device": False,
+    "device_type": True,
+    "map_location": False,
+    "device_map": False,
+}
+_RANK_LIKE_NAME = re.compile(r"(?:^|_)(?:rank|gpu|gpu_id|gpu_index|device_id|device_index)$")
+
+
+def _is_true(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "True"
+
+
+def _looks_like_index(node: cst.BaseExpression) -> bool:
+    """An integer literal, `int(...)`, or a name such as `local_rank`: a device index."""
+    if isinstance(node, cst.Integer):
+        return True
+    if isinstance(node, cst.Call) and _dotted(node.func) == "int":
+        return True
+    name = _dotted(node)
+    return name is not None and _RANK_LIKE_NAME.search(name.rsplit(".", 1)[-1]) is not None
+
+
+# --------------------------------------------------------------------------------------------
+# The module: insert `device = ...` (and `import torch`) after the imports
+
+
+def _is_import_line(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, cst.Import | cst.ImportFrom) for small in statement.body
+    )
+
+
+def _insertion_index(
+    module: cst.Module,
+    first_use_line: int | None,
+    position_of: Callable[[cst.CSTNode], CodeRange],
+) -> int:
+    """Where the added lines go: after the last import that precedes the first function or
+    class, and never after the first top-level statement that uses `device`."""
+    index = 0
+    body = module.body
+    for position, statement in enumerate(body):
+        if isinstance(statement, cst.FunctionDef | cst.ClassDef):
+            break
+        if _is_import_line(statement):
+            index = position + 1
+        elif position == 0 and isinstance(statement, cst.SimpleStatementLine):
+            small = statement.body[0]
+            if isinstance(small, cst.Expr) and isinstance(small.value, cst.SimpleString):
+                index = 1  # after the docstring
+    if first_use_line is not None:
+        for position, statement in enumerate(body[:index]):
+            if position_of(statement).end.line >= first_use_line:
+                return position
+    return index
+
+
+_INDEX_LIKE = r"(?:\d|int\(|[\w.]*(?:rank|gpu|gpu_id|gpu_index|device_id|device_index)\b)"
+# Every rewrite and every report needs one of these in the text (or a name imported in
+# another notebook cell that stands for a torch.cuda name): text without any is left as is
+# without walking its tree.
+_TRIGGER = re.compile(
+    r"cuda|nccl|pin_memory|device_ids|output_device"
+    rf"|\.to\(\s*{_INDEX_LIKE}|device\s*=\s*{_INDEX_LIKE}",
+    re.IGNORECASE,
+)
+
+
+def _may_need_fixing(source: str, aliases: dict[str, str]) -> bool:
+    """False when no rewrite or report can apply to `source` (a cheap text test)."""
+    if _TRIGGER.search(source):
+        return True
+    return any(
+        "cuda" in full and re.search(rf"\b{re.escape(local)}\b", source)
+        for local, full in aliases.items()
+    )
+
+
+def _rewrite(
+    source: str,
+    *,
+    device_line: str = "auto",
+    bound_elsewhere: frozenset[str] = frozenset(),
+    aliases_elsewhere: dict[str, str] | None = None,
+) -> FixResult:
+    """Rewrite one module (or notebook cell). `device_line`: "auto" adds the device line when
+    the rewrites need it, "never" leaves it to another cell, "always" adds it here;
+    `bound_elsewhere`: "torch" / "device" when other cells of the notebook bind them."""
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as error:
+        raise FixInputError(
+            f"cannot parse (line {error.raw_line}): {error.message}; fix the syntax first"
+        ) from error
+    except (RecursionError, MemoryError) as error:
+        raise FixInputError(f"cannot parse: {type(error).__name__}") from error
+    if not _may_need_fixing(source, aliases_elsewhere or {}) and device_line != "always":
+        return FixResult(original=source, fixed=source)
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    facts = _ModuleFacts()
+    module.visit(facts)
+    facts.aliases = {**(aliases_elsewhere or {}), **facts.aliases}
+    facts.binds_torch = facts.binds_torch or "torch" in bound_elsewhere
+    rewriter = _Rewriter(facts, module)
+    if "device" in bound_elsewhere and rewriter.device_scopes[0] is None:
+        rewriter.device_scopes[0] = "device"
+    fixed = wrapper.visit(rewriter)
+    positions = wrapper.resolve(PositionProvider)
+    body = list(module.body)
+    additions: dict[int, list[cst.BaseStatement]] = {}
+    first_import_index = -1
+    wants_line = device_line == "always" or (
+        device_line == "auto" and rewriter.module_device_needed
+    )
+    if device_line == "always":
+        rewriter.uses_torch = True
+    if wants_line and not _binds_device(module.body):
+        index = _insertion_index(
+            module, rewriter.first_device_line, lambda statement: positions[statement]
+        )
+        line = cst.parse_statement(DEVICE_LINE + "\n")
+        additions.setdefault(index, []).append(line.with_changes(leading_lines=[cst.EmptyLine()]))
+    if rewriter.uses_torch and not facts.binds_torch:
+        # Before the first import (after `from __future__`), where isort would put it.
+        first_import = next(
+            (
+                position
+                for position, statement in enumerate(body)
+                if _is_import_line(statement)
+                and "__future__" not in module.code_for_node(statement)
+            ),
+            _insertion_index(module, None, lambda statement: positions[statement]),
+        )
+        additions.setdefault(first_import, []).insert(0, cst.parse_statement("import torch\n"))
+        first_import_index = first_import
+    new_body: list[cst.BaseStatement] = []
+    kept = iter(fixed.body)
+    for position, statement in enumerate([*body, None]):
+        for added in additions.get(position, []):
+            new_body.append(added)
+            after = positions[body[position - 1]].end.line + 1 if position else 1
+            code = module.code_for_node(added).strip()
+            rewriter.changes.append(Change(after, "cuda-device-string", f"added `{code}`"))
+        if statement is not None and not rewriter.removed_statement(statement):
+            kept_statement = next(kept)
+            if position in additions and position == first_import_index:
+                # The added `import torch` takes the blank lines above the first import.
+                new_body[-len(additions[position])] = new_body[
+                    -len(additions[position])
+                ].with_changes(leading_lines=statement.leading_lines)
+                kept_statement = kept_statement.with_changes(leading_lines=())
+            new_body.append(kept_statement)
+    if additions:
+        fixed = fixed.with_changes(body=new_body)
+    return FixResult(
+        needs_device_line=rewriter.module_device_needed and not wants_line,
+        original=source,
+        fixed=fixed.code,
+        changes=tuple(sorted(rewriter.changes, key=lambda change: change.line)),
+        left=tuple(sorted(rewriter.left, key=lambda item: item.line)),
+    )
+
+
+def fix_source(source: str) -> FixResult:
+    """Rewrite the CUDA ties in Python `source` that can be rewritten safely.
+
+    Raises FixInputError when the text does not parse, TypeError when it is not a str."""
+    if not isinstance(source, str):
+        raise TypeError(f"source must be Python text (str), got {type(source).__name__}")
+    return _rewrite(source)
+
+
+def _read_text(path: Path) -> tuple[str, str]:
+    """The text of a Python file and its encoding."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise FixInputError(f"cannot read {path}: {error.strerror or error}") from error
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding), encoding
+    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
+        raise FixInputError(f"cannot decode {path} as Python source ({error})") from error
+
+
+def fix_file(path: str | os.PathLike[str]) -> FixResult:
+    """`fix_source` on the text of one `.py` file (the file is not written).
+
+    Raises FixInputError naming the file when it cannot be read or parsed."""
+    file_path = Path(path)
+    if file_path.suffix == ".ipynb":
+        raise FixInputError(f"{file_path}: a notebook; use fix_notebook")
+    if not file_path.is_file():
+        raise FixInputError(f"{file_path}: not a regular file")
+    text, _ = _read_text(file_path)
+    try:
+        return fix_source(text)
+    except FixInputError as error:
+        raise FixInputError(f"{file_path}: {error}") from error
+
+
+# --------------------------------------------------------------------------------------------
+# Notebooks
+
+
+@dataclass(frozen=True)
+class NotebookFixResult:
+    """A notebook's JSON text before and after, each rewritten code cell's `FixResult` (cells
+    numbered 1, 2, ... among code cells, as `tpuready.audit` numbers them), and the code cells
+    left as they were because they are not plain Python (IPython magics, shell lines). Cells
+    tagged `cuda-on-purpose` are left alone and are in neither."""
+
+    original: str
+    fixed: str
+    cells: tuple[tuple[int, FixResult], ...] = ()
+    skipped: tuple[int, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        """True when some cell changed."""
+        return any(result.changed for _, result in self.cells)
+
+
+def _cell_text(cell: dict[str, object]) -> str | None:
+    source = cell.get("source", "")
+    if isinstance(source, list) and all(isinstance(part, str) for part in source):
+        return "".join(source)  # type: ignore[arg-type]
+    return source if isinstance(source, str) else None
+
+
+def fix_notebook(path: str | os.PathLike[str]) -> NotebookFixResult:
+    """Rewrite the code cells of a `.ipynb` notebook as `fix_source` does a module: imports
+    in any cell resolve names in every cell, and the one device line goes after the imports
+    of the first cell that imports torch. Outputs are kept (re-run the notebook).
+
+    Raises FixInputError naming the file when it cannot be read or is not a notebook."""
+    notebook_path = Path(path)
+    text, _ = _read_text(notebook_path)
+    try:
+        notebook = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise FixInputError(f"{notebook_path}: not a notebook: invalid JSON ({error})") from error
+    cells = notebook.get("cells") if isinstance(notebook, dict) else None
+    if not isinstance(cells, list):
+        raise FixInputError(f"{notebook_path}: not an nbformat 4 notebook (no 'cells' list)")
+    code_cells = [
+        cell for cell in cells if isinstance(cell, dict) and cell.get("cell_type") == "code"
+    ]
+    modules: dict[int, tuple[str, cst.Module, _ModuleFacts]] = {}
+    skipped: list[int] = []
+    for number, cell in enumerate(code_cells, start=1):
+        metadata = cell.get("metadata")
+        tags = metadata.get("tags") if isinstance(metadata, dict) else None
+        if isinstance(tags, list) and CUDA_ON_PURPOSE_TAG in tags:
+            continue  # CUDA-only on purpose, as the audit reads it: left alone
+        source = _cell_text(cell)
+        try:
+            module = cst.parse_module(source) if source is not None else None
+        except (cst.ParserSyntaxError, RecursionError, MemoryError):
+            module = None
+        if source is None or module is None:
+            skipped.append(number)
+            continue
+        facts = _ModuleFacts()
+        module.visit(facts)
+        modules[number] = (source, module, facts)
+    aliases: dict[str, str] = {}
+    bound: set[str] = set()
+    for _, module, facts in modules.values():
+        aliases.update(facts.aliases)
+        bound |= {"torch"} if facts.binds_torch else set()
+        bound |= {"device"} if _binds_device(module.body) else set()
+    results = {
+        number: _rewrite(
+            source,
+            device_line="never",
+            bound_elsewhere=frozenset(bound),
+            aliases_elsewhere=aliases,
+        )
+        for number, (source, _, _) in modules.items()
+    }
+    if any(result.needs_device_line for result in results.values()):
+        target = next(
+            (number for number, (_, _, facts) in modules.items() if facts.binds_torch),
+            next(iter(modules)),
+        )
+        first = results[target]
+        second = _rewrite(
+            first.fixed,
+            device_line="always",
+            bound_elsewhere=frozenset(bound - {"device"}),
+            aliases_elsewhere=aliases,
+        )
+        results[target] = FixResult(
+            original=first.original,
+            fixed=second.fixed,
+            changes=first.changes + second.changes,
+            left=first.left,
+        )
+    for number, cell in enumerate(code_cells, start=1):
+        result = results.get(number)
+        if result is not None and result.changed:
+            if isinstance(cell.get("source"), list):
+                cell["source"] = result.fixed.splitlines(keepends=True)
+            else:
+                cell["source"] = result.fixed
+    cell_results = tuple(sorted(results.items()))
+    fixed = text
+    if any(result.changed for _, result in cell_results):
+        fixed = json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
+    return NotebookFixResult(text, fixed, cell_results, tuple(skipped))
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+
+
+def _expand(paths: Sequence[str]) -> list[Path]:
+    files: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            for root, folders, names in os.walk(path):
+                folders[:] = sorted(
+                    name
+                    for name in folders
+                    if not name.startswith(".") and name not in _SKIPPED_FOLDERS
+                )
+                files += [
+                    Path(root) / name
+                    for name in sorted(names)
+                    if name.endswith((".py", ".ipynb")) and not name.startswith(".")
+                ]
+        else:
+            files.append(path)
+    return files
+
+
+def _fix_one(path: Path) -> tuple[list[tuple[str, FixResult]], list[str], str, str]:
+    """Fix one input: (label, result) per module or notebook cell, the labels of cells left
+    as they were, the new file text and its encoding. Raises FixInputError naming the file."""
+    shown = path.as_posix()
+    if path.suffix not in {".py", ".ipynb"}:
+        raise FixInputError(f"{shown}: neither a .py file nor a .ipynb notebook")
+    if not path.exists():
+        raise FixInputError(f"{shown}: no such file")
+    if not path.is_file():
+        raise FixInputError(f"{shown}: not a regular file")
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise FixInputError(
+            f"{shown}: {size} bytes, over the {MAX_FILE_BYTES} the fixer reads; split the file"
+        )
+    if path.suffix == ".ipynb":
+        notebook = fix_notebook(path)
+        parts = [(f"{shown}:cell {number}", result) for number, result in notebook.cells]
+        skipped = [f"{shown}:cell {number}" for number in notebook.skipped]
+        return parts, skipped, notebook.fixed, "utf-8"
+    text, encoding = _read_text(path)
+    try:
+        result = fix_source(text)
+    except FixInputError as error:
+        raise FixInputError(f"{shown}: {error}") from error
+    return [(shown, result)], [], result.fixed, encoding
+
+
+def run_fix(paths: Sequence[str], *, write: bool, stdout: TextIO, stderr: TextIO) -> int:
+    """Fix `.py` files and notebooks in place (`write=True`) or print a unified diff
+    (`write=False`; one per notebook cell).
+
+    What is left, and why, goes to stderr (so a diff on stdout stays a clean patch). Returns
+    0 when nothing remains to change, 1 when something was left (with `write=False`, also when
+    the diff is not empty), 2 when an input could not be read or parsed (one line naming it)."""
+    if not paths:
+        print("tpuready fix: error: name at least one .py file, notebook or folder", file=stderr)
+        return EXIT_UNREADABLE
+    status = EXIT_CLEAN
+    for path in _expand(paths):
+        shown = path.as_posix()
+        try:
+            parts, skipped, fixed_text, encoding = _fix_one(path)
+        except FixInputError as error:
+            print(f"tpuready fix: error: {error}", file=stderr)
+            status = EXIT_UNREADABLE
+            continue
+        changed = any(result.changed for _, result in parts)
+        if write and changed:
+            try:
+                path.write_bytes(fixed_text.encode(encoding))
+            except (OSError, UnicodeEncodeError) as error:
+                print(f"tpuready fix: error: cannot write {shown}: {error}", file=stderr)
+                status = EXIT_UNREADABLE
+                continue
+            count = sum(len(result.changes) for _, result in parts)
+            print(f"fixed {shown}: {count} changes", file=stdout)
+        elif changed:
+            for label, result in parts:
+                stdout.write(result.diff(label))
+            status = max(status, EXIT_LEFT)
+        for label, result in parts:
+            for item in result.left:
+                print(
+                    f"{label}:{item.line}  left {item.rule}: {item.code}  ->  {item.reason}",
+                    file=stderr,
+                )
+                status = max(status, EXIT_LEFT)
+        for label in skipped:
+            print(
+                f"{label}  skipped: not plain Python (IPython syntax); check it by hand",
+                file=stderr,
+            )
+            status = max(status, EXIT_LEFT)
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m tpuready.fix [--diff | --write] PATH...`; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tpuready.fix",
+        description="Rewrite CUDA-only PyTorch code to run on any accelerator (libcst; "
+        "comments kept). Exit status: 0 nothing left, 1 something left, 2 unreadable input.",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--diff", action="store_true", help="print a unified diff (default)")
+    mode.add_argument("--write", action="store_true", help="rewrite the files in place")
+    parser.add_argument("paths", nargs="+", metavar="PATH", help=".py, .ipynb or folder")
+    try:
+        arguments = parser.parse_args(argv)
+    except SystemExit as exit_request:
+        return exit_request.code if isinstance(exit_request.code, int) else EXIT_UNREADABLE
+    return run_fix(arguments.paths, write=arguments.write, stdout=sys.stdout, stderr=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
