@@ -27,9 +27,10 @@ What it rewrites (each keeps the code's behaviour on a CUDA GPU, where `device` 
 - `pin_memory=True` -> `pin_memory=torch.accelerator.is_available()`.
 - `assert torch.cuda.is_available()` is removed: the ported script runs without a GPU.
 
-When the rewritten code names `device` and the module defines none at module level, one line
-`device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")`
-is added after the imports (and `import torch` when the module lacks it).
+When the rewritten code names `device` and the module defines none at module level, one
+statement `device = torch.accelerator.current_accelerator(check_available=True) or
+torch.device("cpu")` (wrapped in parentheses over four lines, so it fits 79 columns) is added
+after the imports (and `import torch` when the module lacks it).
 
 Code inside an explicit CUDA guard (`if torch.cuda.is_available():`, `if device.type ==
 "cuda":`, `x if torch.cuda.is_available() else y`) is left alone: it is correct as it stands.
@@ -87,7 +88,13 @@ __all__ = [
 ]
 
 CHOOSE_DEVICE = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
-DEVICE_LINE = f"device = {CHOOSE_DEVICE}"
+# The statement `--fix` adds, wrapped as chapter 1 writes it so it fits a 79-column file.
+DEVICE_LINE = (
+    "device = (\n"
+    "    torch.accelerator.current_accelerator(check_available=True)\n"
+    '    or torch.device("cpu")\n'
+    ")"
+)
 
 # The audit rules (`tpuready.audit.RULES`) whose findings the fixer rewrites; what it cannot
 # rewrite safely under these rules it reports as left.
@@ -570,7 +577,7 @@ class _Rewriter(cst.CSTTransformer):
                     original,
                     rule,
                     "a choice between CUDA and the CPU picks the CPU on a TPU: write device, "
-                    f"where {DEVICE_LINE}",
+                    f"where device = {CHOOSE_DEVICE}",
                 )
                 return updated
             return updated.with_changes(

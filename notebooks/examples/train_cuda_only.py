@@ -17,7 +17,12 @@ def main() -> None:
     features = torch.randn(512, 16)
     targets = features @ torch.randn(16, 1) + 0.1 * torch.randn(512, 1)
     dataset = TensorDataset(features, targets)
-    loader = DataLoader(dataset, batch_size=64, shuffle=True, pin_memory=True)
+    loader = DataLoader(
+        dataset,
+        batch_size=64,
+        shuffle=True,
+        pin_memory=True,
+    )
 
     model = nn.Sequential(
         nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1)
