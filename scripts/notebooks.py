@@ -181,6 +181,7 @@ def _audit_speed(runs: int = 3) -> str:
 def _buckets_speed(runs: int = 3) -> str:
     """Time `optimal_buckets` on a million lengths, every length from 1 to 4,096 present."""
     import numpy as np
+
     from tpuready.buckets import optimal_buckets
 
     lengths = np.random.default_rng(0).integers(1, 4097, size=1_000_000)
