@@ -1448,23 +1448,19 @@ __doc__ = (__doc__ or "") + "".join(
 def _syntax_error_finding(error: SyntaxError, source: str, path: str, cell: int | None) -> Finding:
     if needs_newer_python(error, source):
         running = f"{sys.version_info.major}.{sys.version_info.minor}"
-        return Finding(
-            path=path,
-            cell=cell,
-            line=error.lineno or 1,
-            column=max(error.offset or 1, 1),
-            rule="syntax-error",
-            message=f"needs Python 3.12 to parse (this is Python {running}): {error.msg}",
-            suggestion="run the audit with Python 3.12 or newer (nothing here was checked)",
-        )
+        message = f"needs Python 3.12 to parse (this is Python {running}): {error.msg}"
+        suggestion = "run the audit with Python 3.12 or newer (nothing here was checked)"
+    else:
+        message = f"could not parse: {error.msg}"
+        suggestion = RULE_BY_ID["syntax-error"].advice
     return Finding(
         path=path,
         cell=cell,
         line=error.lineno or 1,
         column=max(error.offset or 1, 1),
         rule="syntax-error",
-        message=f"could not parse: {error.msg}",
-        suggestion=RULE_BY_ID["syntax-error"].advice,
+        message=message,
+        suggestion=suggestion,
     )
 
 

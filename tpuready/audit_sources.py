@@ -37,6 +37,7 @@ __all__ = [
     "parse_python",
     "read_notebook_cells",
     "read_python",
+    "read_python_and_encoding",
 ]
 
 CUDA_ON_PURPOSE_TAG = "cuda-on-purpose"
@@ -142,13 +143,19 @@ def is_too_large(path: Path) -> bool:
 
 def read_python(path: Path) -> str:
     """The text of a Python file, decoded as its coding cookie says (UTF-8 by default)."""
+    return read_python_and_encoding(path)[0]
+
+
+def read_python_and_encoding(path: Path) -> tuple[str, str]:
+    """The text of a Python file and the encoding it was decoded with, which `--fix` writes
+    back; AuditInputError names the file when it cannot be read or decoded."""
     try:
         data = path.read_bytes()
     except OSError as error:
         raise AuditInputError(f"cannot read {path}: {error.strerror or error}") from error
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return data.decode(encoding)
+        return data.decode(encoding), encoding
     except (SyntaxError, UnicodeDecodeError, LookupError) as error:
         raise AuditInputError(
             f"cannot decode {path} as Python source ({error}); save it as UTF-8"

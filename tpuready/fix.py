@@ -48,12 +48,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import io
 import json
 import os
 import re
 import sys
-import tokenize
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +61,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from tpuready.accelerator_api import CUDA_TO_ACCELERATOR, equivalent_for
+from tpuready.audit_sources import AuditInputError, read_python_and_encoding
 
 __all__ = [
     "CHOOSE_DEVICE",
@@ -1264,16 +1263,11 @@ def fix_source(source: str) -> FixResult:
 
 
 def _read_text(path: Path) -> tuple[str, str]:
-    """The text of a Python file and its encoding."""
+    """The text of a Python file and its encoding, read as the audit reads it."""
     try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise FixInputError(f"cannot read {path}: {error.strerror or error}") from error
-    try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return data.decode(encoding), encoding
-    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
-        raise FixInputError(f"cannot decode {path} as Python source ({error})") from error
+        return read_python_and_encoding(path)
+    except AuditInputError as error:
+        raise FixInputError(str(error)) from error
 
 
 def fix_file(path: str | os.PathLike[str]) -> FixResult:
