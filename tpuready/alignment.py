@@ -165,7 +165,7 @@ _BFLOAT16_BLOG = (
     "https://cloud.google.com/blog/products/ai-machine-learning/"
     "bfloat16-the-secret-to-high-performance-on-cloud-tpus"
 )
-_JAX_FLOAT64_ISSUE = "https://github.com/jax-ml/jax/issues/10158"
+_JAX_FLOAT64_ISSUE = "https://github.com/jax-ml/jax/issues/19769"
 _RESIZE_DOCS = (
     "https://huggingface.co/docs/transformers/main_classes/model"
     "#transformers.PreTrainedModel.resize_token_embeddings"
@@ -196,9 +196,9 @@ RULES_OF_THUMB: tuple[tuple[str, str, str], ...] = (
         _BFLOAT16_BLOG,
     ),
     (
-        "Keep float64 off the TPU: TPUs have no float64 hardware, so float64 is at best "
-        "emulated. It usually arrives from NumPy (`torch.from_numpy` of a float64 array).",
-        "JAX issue 10158, a JAX maintainer on float64 on TPUs",
+        "Keep float64 off the TPU: the MXU multiplies bf16, and TPUs do not support many 64-bit "
+        "operations. It usually arrives from NumPy (`torch.from_numpy` of a float64 array).",
+        "JAX issue 19769, a JAX maintainer: 'TPU does not have support for many 64-bit operations'",
         _JAX_FLOAT64_ISSUE,
     ),
     (
