@@ -8,8 +8,9 @@ fixed hash seed), so stored outputs and nbval's re-runs see the same conditions.
 
 Re-executing an unchanged notebook leaves it byte for byte as it was: the executor writes no
 timestamps or timings into it, and a cell whose output nbval ignores (`# NBVAL_IGNORE_OUTPUT`,
-a wall-clock measurement) keeps its stored output when its source is unchanged and the new
-run gave outputs of the same kinds. `--fresh` stores every new output regardless.
+a wall-clock measurement) keeps its committed output when its source is unchanged since the
+last commit and the new run gave outputs of the same kinds. `--fresh` stores every new output
+regardless.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import datetime
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -95,14 +97,35 @@ def keep_stored_samples(stored: nbformat.NotebookNode, fresh: nbformat.NotebookN
     return kept
 
 
+def committed_version(path: Path) -> nbformat.NotebookNode | None:
+    """The notebook as the last commit holds it, or None when git does not track it.
+
+    Its outputs were made by executing its sources, so a timing cell whose source still equals
+    the committed one may keep the committed sample. The working copy cannot vouch for that:
+    a source edited since the last execution sits beside an output of the old source.
+    """
+    relative = path.resolve().relative_to(REPOSITORY).as_posix()
+    shown = subprocess.run(
+        ["git", "show", f"HEAD:{relative}"],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if shown.returncode != 0:
+        return None
+    return nbformat.reads(shown.stdout, as_version=4)
+
+
 def execute(paths: list[Path], *, fresh: bool = False) -> None:
-    """Re-execute notebooks in place; unchanged wall-clock samples stay as stored."""
+    """Re-execute notebooks in place; wall-clock samples of cells unchanged since the last
+    commit stay as committed."""
     for path in paths:
         print(f"executing {path.relative_to(REPOSITORY)} ...", flush=True)
-        stored = nbformat.read(path, as_version=4)
+        committed = None if fresh else committed_version(path)
         notebook, seconds = run_notebook(path)
         notebook.metadata.pop("tpuready", None)  # no per-run data in the file
-        kept = 0 if fresh else keep_stored_samples(stored, notebook)
+        kept = 0 if committed is None else keep_stored_samples(committed, notebook)
         nbformat.write(notebook, path)
         note = f"; {kept} timing cell(s) kept their stored sample" if kept else ""
         print(f"  {seconds:.1f} s{note}", flush=True)

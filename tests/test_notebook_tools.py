@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import textwrap
 
 import nbformat
@@ -55,6 +56,38 @@ def test_a_timing_cell_whose_outputs_changed_kind_takes_the_new_output() -> None
     fresh = _notebook((TIMING, "2.31 ms\n"))
     fresh.cells[0].outputs[0].name = "stderr"
     assert executor.keep_stored_samples(stored, fresh) == 0
+
+
+def test_samples_come_from_the_committed_notebook_not_the_working_copy(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A timing cell edited since the last commit sits beside its old output in the working
+    # copy; only the committed notebook shows which source made that output.
+    def git(*arguments: str) -> None:
+        subprocess.run(
+            ["git", "-c", "user.name=book", "-c", "user.email=book@localhost", *arguments],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+
+    git("init", "-q")
+    chapter = tmp_path / "chapter.ipynb"
+    nbformat.write(_notebook((TIMING, "2.20 ms\n")), chapter)
+    git("add", "chapter.ipynb")
+    git("commit", "-q", "-m", "chapter")
+    nbformat.write(_notebook((TIMING + " * 2", "2.20 ms\n")), chapter)  # edited, not run
+    untracked = tmp_path / "draft.ipynb"
+    nbformat.write(_notebook((TIMING, "1.00 ms\n")), untracked)
+    monkeypatch.setattr(executor, "REPOSITORY", tmp_path)
+
+    committed = executor.committed_version(chapter)
+    assert committed is not None and committed.cells[0].source == TIMING
+    fresh = _notebook((TIMING + " * 2", "4.62 ms\n"))
+    assert executor.keep_stored_samples(committed, fresh) == 0
+    assert fresh.cells[0].outputs[0].text == "4.62 ms\n"
+    assert executor.committed_version(untracked) is None
 
 
 def test_notebook_of_reads_nbval_node_ids() -> None:
