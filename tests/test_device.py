@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from tpuready.device import choose_device, seed_everything
+from tpuready.device import choose_device, compile_backend_for, seed_everything
 
 
 def fake_current_accelerator(answer: torch.device | None, calls: list[bool]):
@@ -97,3 +97,15 @@ def test_different_seeds_give_different_draws() -> None:
 def test_seed_everything_rejects_bad_seeds_by_name(bad: object) -> None:
     with pytest.raises(ValueError, match=f"seed must be a non-negative int, got {bad!r}"):
         seed_everything(bad)  # type: ignore[arg-type]
+
+
+def test_compile_backend_counts_cheaply_on_the_cpu_only():
+    assert compile_backend_for(torch.device("cpu")) == "aot_eager"
+    # "privateuseone" is TorchTPU's key before it renames it to "tpu".
+    for device_type in ("cuda", "xpu", "mps", "privateuseone"):
+        assert compile_backend_for(torch.device(device_type)) is None
+
+
+def test_compile_backend_refuses_a_device_name():
+    with pytest.raises(TypeError, match=r"torch\.device"):
+        compile_backend_for("cpu")

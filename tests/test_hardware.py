@@ -10,8 +10,11 @@ re-reading the table.
 from __future__ import annotations
 
 import dataclasses
+import re
+import types
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,8 +25,11 @@ from tpuready.hardware import (
     CHIPS,
     FIGURE_FIELDS,
     Chip,
+    NoPeakFigureError,
     UnknownChipError,
     all_chips,
+    chip_for_device_name,
+    device_peak_flops_per_second,
     get_chip,
     known_names,
     markdown_table,
@@ -491,3 +497,92 @@ def test_a_note_shared_by_several_chips_is_written_once() -> None:
     notes = notes_markdown()
     assert notes.count("not comparable to a TPU TensorCore") == 1
     assert "**H100 SXM, H200 SXM, B200**, TensorCores per chip:" in notes
+
+
+# --- the peak of the device a notebook runs on -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reported", "name"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 SXM5 80GB", "H100 SXM"),
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA B200", "B200"),
+    ],
+)
+def test_a_cuda_device_name_finds_its_sxm_row(reported, name) -> None:
+    assert chip_for_device_name("cuda", reported).name == name
+
+
+@pytest.mark.parametrize(
+    "reported",
+    [
+        "NVIDIA H100 PCIe",  # another form factor: lower clocks, another peak
+        "NVIDIA H100 NVL",
+        "NVIDIA H200 NVL",
+        "NVIDIA GH200 480GB",  # contains "H200", but is another product
+        "NVIDIA GB200",
+        "NVIDIA A100-SXM4-80GB",
+        "Tesla T4",
+    ],
+)
+def test_a_gpu_without_its_own_row_is_refused_by_name(reported) -> None:
+    with pytest.raises(NoPeakFigureError, match=re.escape(f"matches the GPU {reported!r}")):
+        chip_for_device_name("cuda", reported)
+
+
+@pytest.mark.parametrize(
+    ("reported", "name"),
+    [
+        ("TPU v5 lite", "TPU v5e"),
+        ("TPU v5p", "TPU v5p"),
+        ("TPU v6e", "TPU v6e"),
+        ("TPU v6 lite", "TPU v6e"),
+        ("TPU7x", "TPU v7"),
+        ("TPU v4", "TPU v4"),
+    ],
+)
+def test_a_tpu_device_name_finds_its_row(reported, name) -> None:
+    assert chip_for_device_name("tpu", reported).name == name
+
+
+@pytest.mark.parametrize("reported", ["TPU v3", "TPU v5", "NVIDIA H100 80GB HBM3", "h100"])
+def test_a_tpu_name_outside_the_table_is_refused(reported) -> None:
+    with pytest.raises(
+        NoPeakFigureError, match=re.escape(f"no TPU of the table is called {reported!r}")
+    ):
+        chip_for_device_name("tpu", reported)
+
+
+def test_the_peak_of_a_cuda_device_is_its_rows(monkeypatch) -> None:
+    asked = []
+
+    def device_name(device) -> str:
+        asked.append(device)
+        return "NVIDIA H200"
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", device_name)
+    assert device_peak_flops_per_second(torch.device("cuda", 0)) == 989.5e12
+    assert asked == [torch.device("cuda", 0)]  # the device asked about, not device 0 by default
+
+
+def test_the_peak_of_a_tpu_v7_device_is_half_the_chips(monkeypatch) -> None:
+    monkeypatch.setattr(
+        torch, "tpu", types.SimpleNamespace(get_device_name=lambda: "TPU7x"), raising=False
+    )
+    tpu = types.SimpleNamespace(type="tpu", index=0)  # torch.device("tpu") needs TorchTPU
+    assert device_peak_flops_per_second(tpu) == 2307e12 / 2
+
+
+def test_a_cpu_has_no_peak_in_the_table() -> None:
+    with pytest.raises(NoPeakFigureError, match="measure it with a large matmul, as chapter 15"):
+        device_peak_flops_per_second(torch.device("cpu"))
+    with pytest.raises(NoPeakFigureError, match="'mps' devices"):
+        device_peak_flops_per_second("mps")
+
+
+def test_only_the_bf16_peak_is_offered(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    with pytest.raises(NoPeakFigureError, match=r"bf16 peaks only, got dtype=torch\.float32"):
+        device_peak_flops_per_second("cuda", dtype=torch.float32)

@@ -131,6 +131,33 @@ def test_mfu_by_hand() -> None:
     assert mfu(6e12, 0.5, 24e12) == pytest.approx(0.5)
 
 
+def test_mfu_of_exactly_the_peak_is_one() -> None:
+    # 1e12 FLOPs in 1 s on a 1e12 FLOP/s peak: every cycle did model work.
+    assert mfu(1e12, 1.0, 1e12) == 1.0
+
+
+def test_mfu_above_one_is_refused_with_its_inputs_and_the_likely_cause() -> None:
+    # Chapter 15's mistake on an accelerator: a CPU's measured peak (about 1e11 FLOP/s)
+    # against the step time of a GPU that did 6e12 FLOPs in 0.02 s (3e14 FLOP/s).
+    with pytest.raises(RooflineError) as error:
+        mfu(6e12, 0.02, 1e11)
+    message = str(error.value)
+    for named in ("model_flops=6000000000000.0", "seconds=0.02", "peak_flops_per_second="):
+        assert named in message
+    assert "MFU of 3e+03 is above 1" in message
+    assert "the peak of another device" in message
+    assert "more chips than the peak counts" in message
+
+
+def test_a_per_chip_peak_for_a_many_chip_step_is_refused() -> None:
+    # 64 chips of 197e12 FLOP/s did 6e15 FLOPs in 1 s: 6e15 / 1.2608e16 = 47.6 % of all of
+    # them, but 30 times the peak of one.
+    v5e_peak = get_chip("v5e").peak_bf16_flops_per_second
+    assert mfu(6e15, 1.0, 64 * v5e_peak) == pytest.approx(0.4759, abs=1e-4)
+    with pytest.raises(RooflineError, match=r"MFU of 30\.5 is above 1"):
+        mfu(6e15, 1.0, v5e_peak)
+
+
 def test_tokens_per_second_by_hand() -> None:
     # 40 % of 2 chips of 1e15 = 8e14 FLOP/s over 4e9 FLOPs a token: 200,000 tokens a second.
     assert tokens_per_second(0.4, 2, 1e15, 4e9) == pytest.approx(200_000)
@@ -189,6 +216,18 @@ def test_flash_attention_never_moves_more_than_naive(seq_len: int, head_dim: int
     naive = attention_intensity(1, 1, seq_len, head_dim, 2, variant="naive")
     assert flash == pytest.approx(seq_len / 2)
     assert naive < flash
+
+
+@given(flops=positive_rates, seconds=st.floats(1e-6, 1e6), peak=positive_rates)
+def test_mfu_is_at_most_one_whenever_it_returns(flops: float, seconds: float, peak: float) -> None:
+    try:
+        utilisation = mfu(flops, seconds, peak)
+    except RooflineError as error:
+        assert flops / seconds > peak * (1 - 1e-12), error  # refused only above the peak
+        assert "above 1" in str(error)
+    else:
+        assert 0 < utilisation <= 1
+        assert utilisation == pytest.approx(flops / (seconds * peak), rel=1e-12)
 
 
 @given(mfu_value=st.floats(0.01, 1.0), chips=st.integers(1, 10**5))

@@ -8,6 +8,7 @@ One module per idea; import the one you need (`from tpuready import hardware`):
 - `dispatch`: record the aten operators code sends through the dispatcher (chapter 2).
 - `check`: the book's relative error and a CPU model of bf16 matmul passes (chapters 1, 3).
 - `syncs`: count host syncs and graph breaks (chapter 4).
+- `timing`: wait for a device result by copying it to the host; time a call (chapters 1, 11, 15).
 - `hardware`: accelerator figures with their vendor sources (reference page).
 - `launch`: run a worker on N CPU processes with torch.distributed over gloo (Part II).
 - `plan`: per-chip memory, bytes per mesh axis and roofline step time of a sharded run (chapter 9).

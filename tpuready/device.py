@@ -10,7 +10,7 @@ import random
 
 import torch
 
-__all__ = ["choose_device", "seed_everything"]
+__all__ = ["choose_device", "compile_backend_for", "seed_everything"]
 
 
 def choose_device() -> torch.device:
@@ -20,6 +20,19 @@ def choose_device() -> torch.device:
     CPU-only machine, so the CPU is the explicit fallback.
     """
     return torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")
+
+
+def compile_backend_for(device: torch.device) -> str | None:
+    """The `torch.compile` backend the book counts graphs with on `device` (chapters 11-14).
+
+    "aot_eager" on a CPU: it captures the same graphs as any backend without generating code,
+    so counting is cheap. None elsewhere, meaning torch.compile's own default, as if no
+    `backend=` were written: Inductor on CUDA, TorchTPU's "tpu" on a TPU, which refuses
+    `backend="inductor"` for TPU tensors.
+    """
+    if not isinstance(device, torch.device):
+        raise TypeError(f"device must be a torch.device, got {device!r}")
+    return "aot_eager" if device.type == "cpu" else None
 
 
 def seed_everything(seed: int = 0) -> None:

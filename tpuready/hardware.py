@@ -18,6 +18,10 @@ by the number of devices a framework sees per chip (2 on TPU v7, 1 elsewhere). F
 Google states the split (each TPU v7 chiplet owns half the HBM); for HBM bandwidth no vendor
 figure per device exists, so `per_device_hbm_bytes_per_second_even_split` assumes an even split
 between the devices of a chip, and its name says so.
+
+`device_peak_flops_per_second(device)` finds the row of the device a notebook runs on (the name
+CUDA or TorchTPU reports) and gives its per-device peak, the divisor of an MFU. A CPU has no
+row: its peak is measured, as chapter 15 does.
 """
 
 from __future__ import annotations
@@ -28,13 +32,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+import torch
+
 __all__ = [
     "CHIPS",
     "FIGURE_FIELDS",
     "RETRIEVED",
     "Chip",
+    "NoPeakFigureError",
     "UnknownChipError",
     "all_chips",
+    "chip_for_device_name",
+    "device_peak_flops_per_second",
     "get_chip",
     "known_names",
     "markdown_table",
@@ -75,6 +84,10 @@ FIELD_LABELS: dict[str, str] = {
 
 class UnknownChipError(ValueError):
     """Raised by `get_chip` for a name that is neither a canonical name nor an alias."""
+
+
+class NoPeakFigureError(ValueError):
+    """Raised by `device_peak_flops_per_second` for a device the table holds no peak for."""
 
 
 @dataclass(frozen=True)
@@ -598,6 +611,76 @@ def get_chip(name: str) -> Chip:
             "(aliases such as 'v5e', 'tpu7x', 'ironwood' and 'h100' work too)"
         )
     return chip
+
+
+# The NVIDIA rows are the SXM boards; a name with one of these words is another form factor
+# (PCIe card, NVL), with other clocks and power and so another peak than the row's.
+_NVIDIA_ROWS = {"H100": "H100 SXM", "H200": "H200 SXM", "B200": "B200"}
+_NVIDIA_OTHER_FORMS = {"PCIE", "NVL"}
+
+
+def chip_for_device_name(device_type: str, device_name: str) -> Chip:
+    """The table's chip for the name a runtime reports: `torch.cuda.get_device_name()` on
+    "cuda" ("NVIDIA H100 80GB HBM3"), `torch.tpu.get_device_name()` on "tpu" ("TPU v6e")."""
+    if device_type == "cuda":
+        words = set(re.split(r"[\s_\-]+", device_name.upper()))
+        rows = sorted(words & set(_NVIDIA_ROWS))
+        if len(rows) == 1 and not words & _NVIDIA_OTHER_FORMS:
+            return get_chip(_NVIDIA_ROWS[rows[0]])
+        raise NoPeakFigureError(
+            f"no row of the table matches the GPU {device_name!r}: it holds the SXM boards "
+            f"{', '.join(_NVIDIA_ROWS.values())} only (PCIe and NVL cards, GH200 and GB200 have "
+            "other peaks); measure this GPU's peak with a large bf16 matmul, as chapter 15 "
+            "does for a CPU"
+        )
+    if device_type == "tpu":
+        try:
+            chip = get_chip(device_name)
+        except UnknownChipError:
+            chip = None
+        if chip is not None and chip.vendor == "Google":
+            return chip
+        raise NoPeakFigureError(
+            f"no TPU of the table is called {device_name!r}; known chips: "
+            f"{', '.join(c.name for c in CHIPS if c.vendor == 'Google')}"
+        )
+    raise NoPeakFigureError(
+        f"the table holds no {device_type!r} devices, only 'cuda' and 'tpu' ones; measure "
+        "the peak with a large matmul, as chapter 15 does in step 2"
+    )
+
+
+def device_peak_flops_per_second(
+    device: torch.device | str, dtype: torch.dtype = torch.bfloat16
+) -> float:
+    """Peak dense FLOP/s of the device a notebook runs on, from this table: the divisor of its
+    MFU. Per device, not per chip (half a TPU v7 chip); bf16 only, the table's one precision.
+
+    A CPU has no row (its peak depends on the model, the cores and the threads used), so it
+    raises `NoPeakFigureError` rather than return a guess: measure the CPU's peak with a large
+    matmul, as chapter 15 does in step 2.
+    """
+    device = torch.device(device) if isinstance(device, str) else device
+    if dtype != torch.bfloat16:
+        raise NoPeakFigureError(
+            f"the table holds dense bf16 peaks only, got dtype={dtype}; a {dtype} matmul runs "
+            "at another rate (on a TPU, float32 matmuls run as bf16 passes)"
+        )
+    if device.type == "cpu":
+        raise NoPeakFigureError(
+            "a CPU has no peak in the table: measure it with a large matmul, as chapter 15 does "
+            "in step 2, and divide by that"
+        )
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)  # tpuready: ignore[torch-cuda-call]
+    elif device.type == "tpu":
+        name = torch.tpu.get_device_name()
+    else:
+        raise NoPeakFigureError(
+            f"the table holds no {device.type!r} devices, only 'cuda' and 'tpu' ones; measure "
+            "the peak with a large matmul, as chapter 15 does in step 2"
+        )
+    return chip_for_device_name(device.type, name).per_device_peak_bf16_flops_per_second
 
 
 def _trimmed(value: float, decimals: int = 1) -> str:

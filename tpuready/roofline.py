@@ -250,11 +250,26 @@ class Roofline:
 
 def mfu(model_flops: float, seconds: float, peak_flops_per_second: float) -> float:
     """Model FLOPs utilisation: the model's FLOPs over what the peak could do in `seconds`
-    (recomputed FLOPs are not model FLOPs; pass the peak of every chip the step ran on)."""
+    (recomputed FLOPs are not model FLOPs; pass the peak of every chip the step ran on).
+
+    A result above 1 is impossible (no step beats its hardware's peak), so it is refused with
+    the inputs named: it means the peak belongs to other hardware than the time, or counts
+    fewer chips than the FLOPs do.
+    """
     flops = _positive_number("model_flops", model_flops)
     elapsed = _positive_number("seconds", seconds)
     peak = _positive_number("peak_flops_per_second", peak_flops_per_second)
-    return flops / (elapsed * peak)
+    utilisation = flops / (elapsed * peak)
+    if utilisation > 1:
+        raise RooflineError(
+            f"MFU of {utilisation:.3g} is above 1: model_flops={model_flops!r} in "
+            f"seconds={seconds!r} is {flops / elapsed:.3g} FLOP/s, more than "
+            f"peak_flops_per_second={peak_flops_per_second!r}. Likely cause: the peak of "
+            "another device (a CPU's measured peak against a device's step time), or the FLOPs "
+            "of more chips than the peak counts (multiply the per-chip peak by the chips the "
+            "step ran on)"
+        )
+    return utilisation
 
 
 def tokens_per_second(

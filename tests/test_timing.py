@@ -1,0 +1,237 @@
+"""`tpuready.timing`: waiting for a result on a (fake) accelerator, timing on a fake clock.
+
+No accelerator is needed: a fake one replaces `torch.accelerator.is_available` and
+`synchronize`, and `Tensor.cpu` records each copy, so the tests show what `wait_for` does on a
+device (copy every tensor in full, then synchronize) and that it does nothing on a CPU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tpuready import timing
+from tpuready.timing import TimingError, TimingResult, time_call, wait_for
+
+no_deadline = settings(deadline=None)  # values, not speed: a loaded machine must not flake
+
+
+class FakeAccelerator:
+    """Records the calls a device would receive: host copies and synchronizes, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, object]] = []
+
+    def synchronize(self) -> None:
+        self.events.append(("synchronize", None))
+
+    @property
+    def copied(self) -> list[object]:
+        return [what for event, what in self.events if event == "copy"]
+
+
+@pytest.fixture
+def accelerator(monkeypatch: pytest.MonkeyPatch) -> FakeAccelerator:
+    fake = FakeAccelerator()
+    real_cpu = torch.Tensor.cpu
+
+    def recording_cpu(self: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        fake.events.append(("copy", (self.data_ptr(), tuple(self.shape))))
+        return real_cpu(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "synchronize", fake.synchronize)
+    monkeypatch.setattr(torch.Tensor, "cpu", recording_cpu)
+    return fake
+
+
+class ModelOutputLike(Mapping):
+    """A read-only mapping, as a Hugging Face `ModelOutput` is."""
+
+    def __init__(self, **fields: object) -> None:
+        self._fields = fields
+
+    def __getitem__(self, key: str) -> object:
+        return self._fields[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+
+def identity(tensor: torch.Tensor) -> tuple[int, tuple[int, ...]]:
+    return tensor.data_ptr(), tuple(tensor.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# wait_for
+
+
+def test_on_an_accelerator_every_tensor_is_copied_in_full_then_synchronized(
+    accelerator: FakeAccelerator,
+) -> None:
+    logits, loss = torch.randn(4, 8), torch.randn(())
+    hidden = [torch.randn(2, 3), torch.randn(3, 2)]
+    result = ModelOutputLike(logits=logits, loss=loss, hidden_states=(hidden, {"last": hidden[1]}))
+    wait_for(result)
+    expected = {identity(t) for t in (logits, loss, *hidden)}
+    assert set(accelerator.copied) == expected  # whole tensors: no one-element slice
+    assert accelerator.events[-1] == ("synchronize", None)  # after the last copy
+
+
+def test_a_tensor_that_requires_grad_is_copied_too(accelerator: FakeAccelerator) -> None:
+    weights = torch.randn(3, 3, requires_grad=True)
+    wait_for(weights * 2)
+    assert [shape for _, shape in accelerator.copied] == [(3, 3)]
+
+
+def test_non_tensor_leaves_are_ignored(accelerator: FakeAccelerator) -> None:
+    wait_for({"step": 3, "name": "loss", "value": None, "scores": [1.5, "x"]})
+    assert accelerator.copied == []
+    assert accelerator.events == [("synchronize", None)]
+
+
+def test_on_a_cpu_nothing_is_copied_or_synchronized(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("wait_for must not touch the device on a CPU")
+
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    monkeypatch.setattr(torch.accelerator, "synchronize", refuse)
+    monkeypatch.setattr(torch.Tensor, "cpu", refuse)
+    wait_for((torch.randn(8), {"loss": torch.randn(())}))
+
+
+# ---------------------------------------------------------------------------------------------
+# time_call on a fake clock
+
+
+class FakeClock:
+    """A clock that moves only when the timed function says how long it took."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(timing, "perf_counter", fake)
+    return fake
+
+
+def test_warmup_calls_are_run_but_not_timed(clock: FakeClock) -> None:
+    durations = iter([50.0, 40.0, 3.0, 1.0, 2.0])  # two slow warm-up calls, then three
+
+    def work() -> None:
+        clock.now += next(durations)
+
+    result = time_call(work, warmup=2, repeats=3)
+    assert result.seconds == (3.0, 1.0, 2.0)
+    assert result.median == 2.0
+    assert result.minimum == 1.0
+    assert next(durations, "used up") == "used up"  # exactly warmup + repeats calls
+
+
+def test_median_of_an_even_count_is_the_mean_of_the_middle_two(clock: FakeClock) -> None:
+    durations = iter([0.0, 4.0, 1.0, 10.0, 2.0])
+
+    def work() -> None:
+        clock.now += next(durations)
+
+    assert time_call(work, repeats=4).median == 3.0  # (2 + 4) / 2
+
+
+def test_arguments_reach_the_function(clock: FakeClock) -> None:
+    calls = []
+    result = time_call(lambda *a, **k: calls.append((a, k)), 1, 2, warmup=0, repeats=2, scale=3)
+    assert calls == [((1, 2), {"scale": 3})] * 2
+    assert len(result.seconds) == 2
+
+
+def test_each_call_waits_for_its_output(accelerator: FakeAccelerator) -> None:
+    outputs = [torch.full((2, 2), float(i)) for i in range(4)]
+    produced = iter(outputs)
+    time_call(lambda: next(produced), warmup=1, repeats=3)
+    assert accelerator.copied == [identity(t) for t in outputs]
+
+
+def test_a_real_matmul_on_this_machine() -> None:
+    matrix = torch.randn(64, 64)
+    result = time_call(torch.mm, matrix, matrix, repeats=3)
+    assert len(result.seconds) == 3
+    assert 0 < result.minimum <= result.median < 10
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"warmup": -1}, "warmup must be at least 0, got -1"),
+        ({"repeats": 0}, "repeats must be at least 1, got 0"),
+        ({"repeats": 2.5}, "repeats must be a whole number, got 2.5"),
+        ({"warmup": True}, "warmup must be a whole number, got True"),
+    ],
+)
+def test_bad_counts_are_refused_by_name(arguments: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        time_call(lambda: None, **arguments)
+
+
+def test_something_that_is_not_callable_is_refused() -> None:
+    with pytest.raises(TimingError, match=r"fn must be callable, got tensor\(1\.\)"):
+        time_call(torch.tensor(1.0))  # the result of a call, not the call
+
+
+@pytest.mark.parametrize(
+    ("seconds", "message"),
+    [
+        ((), "non-empty tuple"),
+        ([1.0], "non-empty tuple"),
+        ((1.0, -0.5), "got -0.5"),
+        ((math.nan,), "got nan"),
+        (("1.0",), "got '1.0'"),
+    ],
+)
+def test_a_result_with_impossible_samples_is_refused(seconds: object, message: str) -> None:
+    with pytest.raises(TimingError, match=message):
+        TimingResult(seconds)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties of the summary figures
+
+samples = st.lists(st.floats(min_value=0, max_value=1e6, allow_nan=False), min_size=1, max_size=30)
+
+
+@no_deadline
+@given(values=samples)
+def test_minimum_is_a_sample_no_larger_than_any(values: list[float]) -> None:
+    result = TimingResult(tuple(values))
+    assert result.minimum in values
+    assert all(result.minimum <= value for value in values)
+
+
+@no_deadline
+@given(values=samples)
+def test_median_splits_the_samples_in_half(values: list[float]) -> None:
+    median = TimingResult(tuple(values)).median
+    assert 2 * sum(value <= median for value in values) >= len(values)
+    assert 2 * sum(value >= median for value in values) >= len(values)
+    assert min(values) <= median <= max(values)
+
+
+@no_deadline
+@given(data=st.data(), values=samples)
+def test_order_of_the_samples_does_not_change_the_figures(data, values: list[float]) -> None:
+    shuffled = data.draw(st.permutations(values))
+    original, reordered = TimingResult(tuple(values)), TimingResult(tuple(shuffled))
+    assert (original.median, original.minimum) == (reordered.median, reordered.minimum)
