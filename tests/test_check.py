@@ -10,7 +10,12 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tpuready.check import MATMUL_PASSES, emulate_bf16_matmul_passes, relative_error
+from tpuready.check import (
+    MATMUL_PASSES,
+    emulate_bf16_matmul_passes,
+    power_of_ten,
+    relative_error,
+)
 
 shapes = st.lists(st.integers(min_value=1, max_value=5), min_size=1, max_size=3).map(tuple)
 # Magnitudes where float32 and bfloat16 are normal numbers (no subnormals, no overflow), so
@@ -227,3 +232,30 @@ def test_emulation_keeps_bias_and_leaves_other_dtypes_alone() -> None:
     assert torch.equal(output, expected)
     exact_double = torch.nn.functional.linear(inputs.double(), weight.double(), bias.double())
     assert torch.equal(double_output, exact_double)
+
+
+@given(st.integers(min_value=-30, max_value=30), st.floats(min_value=-0.39, max_value=0.39))
+def test_power_of_ten_is_the_nearest_power_away_from_the_midpoints(exponent, offset):
+    assert power_of_ten(10.0 ** (exponent + offset)) == exponent
+
+
+@given(st.integers(min_value=-30, max_value=30), st.floats(min_value=-0.09, max_value=0.09))
+def test_power_of_ten_refuses_values_near_a_midpoint(exponent, offset):
+    with pytest.raises(ValueError, match="midpoint"):
+        power_of_ten(10.0 ** (exponent + 0.5 + offset))
+
+
+def test_power_of_ten_quotes_both_cpus_ratios_alike():
+    # Chapter 1's ratio, as two CPUs measured it.
+    assert power_of_ten(11_396.0) == power_of_ten(8_200.0) == 4
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])
+def test_power_of_ten_refuses_values_without_a_logarithm(bad):
+    with pytest.raises(ValueError, match="positive and finite"):
+        power_of_ten(bad)
+
+
+def test_power_of_ten_refuses_non_numbers():
+    with pytest.raises(TypeError, match="number"):
+        power_of_ten("1e4")

@@ -6,7 +6,9 @@ which is the check to use for pass/fail. This module adds what the standard API 
 - `relative_error`: the book's one definition of relative error, the Frobenius ratio
   ||actual - expected|| / ||expected||, a single number for a whole tensor (chapters 1 and 3);
 - `emulate_bf16_matmul_passes`: a CPU model of how TorchTPU runs float32 matmuls (one bf16
-  pass by default), packaged as a context manager; chapter 3 builds the same model inline.
+  pass by default), packaged as a context manager; chapter 3 builds the same model inline;
+- `power_of_ten`: a measured rounding error or ratio quoted as the power of ten every CPU
+  agrees on (the last digits depend on the CPU's kernels, chapters 1 and 3).
 """
 
 from __future__ import annotations
@@ -19,7 +21,11 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["MATMUL_PASSES", "emulate_bf16_matmul_passes", "relative_error"]
+__all__ = ["MATMUL_PASSES", "emulate_bf16_matmul_passes", "power_of_ten", "relative_error"]
+
+# power_of_ten refuses a value whose log10 lies closer than this to the midpoint between two
+# powers of ten: there, another CPU's rounding (a few per cent) could pick the other power.
+POWER_OF_TEN_MARGIN = 0.1
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
@@ -64,6 +70,29 @@ MATMUL_PASSES: dict[int, tuple[tuple[int, int], ...]] = {
     3: ((0, 0), (0, 1), (1, 0)),
     6: ((0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (2, 0)),
 }
+
+
+def power_of_ten(value: float) -> int:
+    """The exponent k of the power of ten nearest `value` (on a log scale): 8,200 and 11,396 -> 4.
+
+    A rounding error's last digits depend on the order in which the CPU's kernels (AVX2,
+    AVX-512, AMX, arm64) add the products, so the book quotes such a value as 10**k. A value
+    within POWER_OF_TEN_MARGIN (in log10) of the midpoint between two powers raises
+    ValueError: another CPU could round it to the other power, so quote a bound instead.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"value must be a number, got {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"value must be positive and finite, got {value!r}")
+    exponent = math.log10(value)
+    nearest = round(exponent)
+    if abs(abs(exponent - nearest) - 0.5) < POWER_OF_TEN_MARGIN:
+        raise ValueError(
+            f"{value!r} lies near the midpoint between 10**{math.floor(exponent)} and "
+            f"10**{math.ceil(exponent)}, where another CPU's rounding could pick either; "
+            "quote a bound (assert value < bound) instead of its power of ten"
+        )
+    return nearest
 
 
 def _split_into_bf16(tensor: torch.Tensor, num_pieces: int) -> list[torch.Tensor]:
