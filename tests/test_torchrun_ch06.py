@@ -39,7 +39,7 @@ def test_ddp_worker_under_torchrun_matches_run_workers() -> None:
     printed = run_torchrun(NOTEBOOK_DIR / "workers" / "ch06_ddp.py", 2)
     results = run_workers(ddp_worker, 2, timeout_seconds=TORCHRUN_TIMEOUT_SECONDS)
     assert printed["world_size"] == 2
-    # init_process_group() with no backend chose gloo for CPU tensors.
+    # init_rank() chose gloo on this CPU-only host (tpuready.launch.choose_rank_placement).
     assert "cpu:gloo" in printed["backend"]
     assert printed["losses"] == results[0]["losses"]
     assert printed["losses"][-1] < printed["losses"][0]  # it trained

@@ -10,7 +10,7 @@ One module per idea; import the one you need (`from tpuready import hardware`):
 - `syncs`: count host syncs and graph breaks (chapter 4).
 - `timing`: wait for a device result by copying it to the host; time a call (chapters 1, 11, 15).
 - `hardware`: accelerator figures with their vendor sources (reference page).
-- `launch`: run a worker on N CPU processes with torch.distributed over gloo (Part II).
+- `launch`: run a worker on N processes, each rank on the backend and device of its host (Part II).
 - `plan`: per-chip memory, bytes per mesh axis and roofline step time of a sharded run (chapter 9).
 - `buckets`: the padding buckets that waste the fewest tokens, and a collate helper (chapter 12).
 - `alignment`: MXU tile utilisation of a dimension and the alignment cheat sheet (chapter 13).

@@ -1,7 +1,7 @@
 """Chapter 5 (meshes and DTensor): a sharded matmul and its collectives.
 
 The notebook runs `sharded_matmul` twice: on a simulated 2x4 mesh in one
-process (fake process group and `LocalTensorMode`), and on 4 real gloo ranks
+process (fake process group and `LocalTensorMode`), and on 4 real ranks
 through `tpuready.launch.run_workers`, which calls `run_rank` on each rank.
 Ranks return results and print nothing. As a script, the file runs the same
 function under the standard launcher:
@@ -29,6 +29,8 @@ from torch.distributed.tensor import (
     distribute_tensor,
 )
 from torch.distributed.tensor.debug import CommDebugMode
+
+from tpuready.launch import init_rank, rank_device
 
 # The operands: A is (rows x inner), B is (inner x cols). Small enough for
 # 2 CPU cores; every dimension divides by the mesh sizes used (2 and 4).
@@ -118,9 +120,8 @@ def sharded_matmul(
 def run_rank(rank: int, world_size: int) -> dict[str, Any]:
     """One rank: a (2, world_size // 2) mesh, the matmul, what it holds."""
     warnings.filterwarnings("ignore")
-    # On a TPU this is "tpu"; the ranks here run on the CPU over gloo.
-    accelerator = torch.accelerator.current_accelerator()
-    device_type = accelerator.type if accelerator is not None else "cpu"
+    # "tpu" on a TPU, "cuda" with a GPU per rank, else "cpu" (as here).
+    device_type = rank_device().type  # tpuready.launch chose it
     mesh = init_device_mesh(
         device_type, (2, world_size // 2), mesh_dim_names=MESH_DIM_NAMES
     )
@@ -139,7 +140,7 @@ def run_rank(rank: int, world_size: int) -> dict[str, Any]:
 def main() -> None:
     """Under torchrun: join, run `run_rank`, rank 0 prints every result."""
     warnings.filterwarnings("ignore")
-    dist.init_process_group("gloo")
+    init_rank()  # the backend and device tpuready.launch chooses for this host
     try:
         rank, world_size = dist.get_rank(), dist.get_world_size()
         result = run_rank(rank, world_size)

@@ -5,12 +5,13 @@ notebook), or under the standard launcher, where rank 0 prints one JSON line:
 
     torchrun --standalone --nproc-per-node=2 notebooks/workers/ch06_ddp.py
 
-What changed from the CUDA script: the device is chosen once per process with
-`torch.accelerator` (each TorchTPU process sees its one device as index 0, so
-no `set_device(local_rank)`); `init_process_group()` has no backend argument
-(gloo on a CPU, nccl on CUDA, tpu_dist on a TPU); tensors move with
-`.to(device)`, never `.to(local_rank)`; DDP gets no `device_ids`; and every
-rank reads the loss, none alone.
+What changed from the CUDA script: `tpuready.launch.init_rank` joins the group
+and picks the device, once per process, for any host (nccl and
+`cuda:<local rank>` with a GPU per rank, tpu_dist and `tpu:0` on a TPU, where
+each process sees its one device as index 0, else gloo on the CPU), and the
+worker reads it with `rank_device()`; tensors move with `.to(device)`, never
+`.to(local_rank)`; DDP gets no `device_ids`; and every rank reads the loss,
+none alone.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
+from tpuready.launch import init_rank, rank_device
+
 NUM_EPOCHS = 3
 BATCH_SIZE = 32  # per rank, as in the CUDA script
 
@@ -34,10 +37,7 @@ def ddp_worker(
 ) -> dict:
     """Train the script's model under DDP; return losses and weights."""
     warnings.filterwarnings("ignore")
-    device = (
-        torch.accelerator.current_accelerator(check_available=True)
-        or torch.device("cpu")
-    )
+    device = rank_device()  # cuda:<local rank>, tpu:0 or cpu: tpuready chose
     torch.manual_seed(0)
     features = torch.randn(512, 16)
     targets = features @ torch.randn(16, 1) + 0.1 * torch.randn(512, 1)
@@ -47,7 +47,7 @@ def ddp_worker(
         dataset,
         batch_size=BATCH_SIZE,
         sampler=sampler,
-        pin_memory=torch.accelerator.is_available(),
+        pin_memory=device.type != "cpu",  # no copy to make on the CPU
     )
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
     model = DDP(model.to(device))  # no device_ids: the module's one device
@@ -80,7 +80,7 @@ def ddp_worker(
 def main() -> None:
     """Under torchrun: join the group, run the worker, rank 0 prints JSON."""
     warnings.filterwarnings("ignore")
-    dist.init_process_group()  # no backend: one is picked per device type
+    init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     result = ddp_worker(rank, world_size)
     backend = str(dist.get_backend_config())

@@ -19,6 +19,8 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
+from tpuready.launch import init_rank, rank_device
+
 # Every width is a multiple of 4, so each parameter splits evenly over 1, 2
 # or 4 ranks and FSDP2 pads no shard.
 CONFIG = {"vocab": 64, "dim": 32, "heads": 4, "blocks": 3, "seq_len": 16}
@@ -168,10 +170,11 @@ def train(
     gradients over the ranks: the update the whole batch gives one process.
     """
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+    device = next(model.parameters()).device  # a shard's device, if sharded
     losses = []
     for tokens, targets in batches:
-        tokens = tokens.chunk(world_size)[rank]
-        targets = targets.chunk(world_size)[rank]
+        tokens = tokens.chunk(world_size)[rank].to(device)
+        targets = targets.chunk(world_size)[rank].to(device)
         logits = model(tokens)
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         loss.backward()
@@ -241,10 +244,7 @@ def fsdp_worker(
     a 2-D mesh (replicate, shard) shards over its second dimension (HSDP).
     """
     warnings.filterwarnings("ignore")
-    device_type = (
-        torch.accelerator.current_accelerator(check_available=True)
-        or torch.device("cpu")
-    ).type
+    device_type = rank_device().type  # "cuda", "tpu" or "cpu": tpuready chose
     mesh = init_device_mesh(device_type, (world_size,))
     model = build_sharded_model(mesh)
     meta_left = sum(p.is_meta for p in model.parameters())
@@ -293,7 +293,7 @@ def fsdp_worker(
 def main() -> None:
     """Under torchrun: join the group, run the worker, rank 0 prints JSON."""
     warnings.filterwarnings("ignore")
-    dist.init_process_group()  # no backend: one is picked per device type
+    init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     result = fsdp_worker(rank, world_size)
     dist.destroy_process_group()

@@ -27,6 +27,8 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
+from tpuready.launch import init_rank, rank_device
+
 # A tiny Qwen3: every split size divisible by 2 ranks (heads, KV heads, MLP).
 QWEN3_SIZES = {
     "vocab_size": 256,
@@ -111,19 +113,23 @@ def tp_plan_logits(
         dtype=torch.float32,
         distributed_config=DistributedConfig(tp_plan="auto"),
     )
+    device = rank_device()  # cpu here; cuda:<local rank> or tpu:0 elsewhere
     by_hand = AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=torch.float32
+    ).to(device)
+    mesh = init_device_mesh(
+        device.type, (world_size,), mesh_dim_names=("tp",)
     )
-    mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("tp",))
     plan = torch_plan_from_transformers(by_hand.config.base_model_tp_plan)
     parallelize_module(by_hand, mesh, plan)
+    input_ids = example_input_ids().to(device)
     with torch.no_grad():
-        logits = auto_model.eval()(example_input_ids()).logits
-        by_hand_logits = by_hand.eval()(example_input_ids()).logits
+        logits = auto_model.eval()(input_ids).logits
+        by_hand_logits = by_hand.eval()(input_ids).logits
     q_proj = auto_model.model.layers[0].self_attn.q_proj.weight
     return {
-        "logits": logits.numpy(),
-        "by_hand_logits": by_hand_logits.numpy(),
+        "logits": logits.cpu().numpy(),
+        "by_hand_logits": by_hand_logits.cpu().numpy(),
         "q_proj_local_shape": list(q_proj.to_local().shape),
         "q_proj_placements": str(q_proj.placements),
     }
@@ -144,7 +150,7 @@ def _main() -> None:
         # Save before joining the group: once a group exists, transformers'
         # save_pretrained writes on rank 0 only, and each rank has its folder.
         model = build_and_save_qwen3(model_dir)
-        dist.init_process_group("gloo")
+        init_rank()  # gloo, nccl or tpu_dist, and this rank's device
         rank, world_size = dist.get_rank(), dist.get_world_size()
         result = tp_plan_logits(rank, world_size, model_dir)
     with torch.no_grad():

@@ -34,6 +34,8 @@ from torch.distributed.tensor.parallel import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from tpuready.launch import init_rank, rank_device
+
 # The model every rank builds and the batch it sees: small, for 2 CPU cores.
 MODEL_SIZES = {"dim": 64, "num_heads": 8, "hidden_dim": 256, "num_layers": 2}
 BATCH_SIZE, SEQ_LEN = 4, 16
@@ -170,7 +172,7 @@ def _full_gradients(model: nn.Module) -> dict[str, np.ndarray]:
         gradient = parameter.grad
         if isinstance(gradient, DTensor):
             gradient = gradient.full_tensor()
-        gradients[name] = gradient.detach().numpy().copy()
+        gradients[name] = gradient.detach().cpu().numpy().copy()
     return gradients
 
 
@@ -218,8 +220,12 @@ def run_layout(rank: int, world_size: int, layout: str) -> dict[str, object]:
     forward pass's collectives (counts and sizes) and rank-local shapes.
     """
     model, inputs = build_model_and_batch()
+    device = rank_device()  # cpu here; cuda:<local rank> or tpu:0 elsewhere
+    model, inputs = model.to(device), inputs.to(device)
     if layout in ("tp", "sp"):
-        mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("tp",))
+        mesh = init_device_mesh(
+            device.type, (world_size,), mesh_dim_names=("tp",)
+        )
         plan = (
             tensor_parallel_plan()
             if layout == "tp"
@@ -232,7 +238,7 @@ def run_layout(rank: int, world_size: int, layout: str) -> dict[str, object]:
             local_inputs = inputs.chunk(world_size, dim=1)[rank]
     elif layout == "2d":
         mesh = init_device_mesh(
-            "cpu", (2, world_size // 2), mesh_dim_names=("dp", "tp")
+            device.type, (2, world_size // 2), mesh_dim_names=("dp", "tp")
         )
         for block in model.layers:
             parallelize_module(block, mesh["tp"], tensor_parallel_plan())
@@ -263,7 +269,7 @@ def run_layout(rank: int, world_size: int, layout: str) -> dict[str, object]:
     else:
         full_outputs = gathered[0]
     return {
-        "outputs": full_outputs.numpy(),
+        "outputs": full_outputs.cpu().numpy(),
         "gradients": _full_gradients(model),
         "forward_collectives": forward_counts,
         "forward_collective_sizes": sizes.records,
@@ -301,7 +307,7 @@ def summarise(
 def _main() -> None:
     """Under torchrun: join, run every layout, rank 0 prints one JSON line."""
     warnings.simplefilter("ignore")
-    dist.init_process_group("gloo")
+    init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     summary = summarise(run_all_layouts(rank, world_size))
     if rank == 0:

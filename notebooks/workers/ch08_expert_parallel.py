@@ -1,4 +1,4 @@
-"""Expert parallelism for a tiny Qwen3-MoE layer, over gloo ranks.
+"""Expert parallelism for a tiny Qwen3-MoE layer, over real ranks.
 
 Taught in `notebooks/08_expert_parallel.ipynb`. Each rank holds
 `NUM_EXPERTS / world_size` experts and a slice of the tokens. One
@@ -28,6 +28,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from tpuready.launch import init_rank, rank_device
 
 # The layer: transformers' Qwen3MoeConfig fields of the same names, kept tiny.
 HIDDEN_SIZE = 32  # hidden_size
@@ -127,7 +129,8 @@ def dispatch(
     # off before sending.
     buffer = tokens.new_zeros(num_experts, capacity + 1, tokens.shape[-1])
     slot = torch.where(kept, position, capacity)
-    token_index = torch.arange(len(tokens)).unsqueeze(1).expand_as(experts)
+    token_index = torch.arange(len(tokens), device=tokens.device)
+    token_index = token_index.unsqueeze(1).expand_as(experts)
     buffer[experts.reshape(-1), slot.reshape(-1)] = tokens[
         token_index.reshape(-1)
     ]
@@ -205,9 +208,12 @@ def expert_parallel_moe(
     torch.set_num_threads(1)
     experts_per_rank = NUM_EXPERTS // world_size
     mine = slice(rank * experts_per_rank, (rank + 1) * experts_per_rank)
-    weights = moe_weights(seed)
+    device = rank_device()  # cpu here; cuda:<local rank> or tpu:0 elsewhere
+    weights = {
+        name: weight.to(device) for name, weight in moe_weights(seed).items()
+    }
     # Every rank makes all the tokens from the seed and keeps its own slice.
-    tokens = make_tokens(seed, num_tokens).chunk(world_size)[rank]
+    tokens = make_tokens(seed, num_tokens).chunk(world_size)[rank].to(device)
 
     route_weights, experts = route(tokens, weights["gate.weight"])
     capacity = expert_capacity(
@@ -285,7 +291,7 @@ def summarize(results: list[dict[str, object]]) -> dict[str, object]:
 
 def main() -> None:
     """Under torchrun: join the group, run this rank; rank 0 prints JSON."""
-    dist.init_process_group("gloo")
+    init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     result = expert_parallel_moe(rank, world_size)
     gathered: list[dict[str, object] | None] = [None] * world_size

@@ -23,7 +23,6 @@ import copy
 import hashlib
 import json
 import os
-import pickle
 import re
 import signal
 import sys
@@ -45,6 +44,8 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, init_device_mesh
 
+from tpuready.launch import init_rank, rank_device
+
 # A small MLP. HIDDEN = 10 rows split over 4 ranks as 3, 3, 3 and 1:
 # the checkpoint must cope with uneven shards too.
 IN_FEATURES, HIDDEN, OUT_FEATURES = 8, 10, 4
@@ -56,41 +57,20 @@ FINAL_PREFIX = "step-"
 PARTIAL_SUFFIX = ".partial"
 
 
-class ByValue:
-    """A worker's result, sent to the caller as plain pickled bytes.
-
-    `run_workers` sends results with multiprocessing's pickler, which turns
-    a CPU tensor into a handle to shared memory that the caller fetches
-    from the rank later; a rank that exits right after sending is gone by
-    then. Pickled by value, tensors travel as bytes, and the caller
-    receives `value` itself, not a ByValue.
-    """
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
-        return pickle.loads, (pickle.dumps(self.value),)
-
-
-def rank_device() -> torch.device:
-    """This rank's device: the CPU under gloo, else its accelerator."""
-    accelerator = torch.accelerator.current_accelerator(check_available=True)
-    if accelerator is None or dist.get_backend() == "gloo":
-        return torch.device("cpu")
-    return accelerator  # one process per device: TorchTPU ranks see tpu:0
-
-
 def build(world_size: int) -> tuple[nn.Module, torch.optim.Optimizer]:
-    """The same seeded MLP on every rank, sharded with FSDP2 over all."""
-    device = rank_device()
+    """The same seeded MLP on every rank, sharded with FSDP2 over all.
+
+    The mesh comes first, on the device tpuready.launch chose for the rank;
+    the model, built from the seed on the CPU, then moves there.
+    """
+    device = rank_device()  # cpu here; cuda:<local rank> or tpu:0 elsewhere
+    mesh = init_device_mesh(device.type, (world_size,))
     torch.manual_seed(SEED)
     model = nn.Sequential(
         nn.Linear(IN_FEATURES, HIDDEN),
         nn.Tanh(),
         nn.Linear(HIDDEN, OUT_FEATURES),
     ).to(device)
-    mesh = init_device_mesh(device.type, (world_size,))
     for layer in (model[0], model[2]):
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -244,7 +224,7 @@ def train_worker(
     num_steps: int,
     every: int,
     kill: tuple[int, int] | None = None,
-) -> ByValue:
+) -> dict[str, Any]:
     """Train to `num_steps`, saving every `every` steps; resume if it can.
 
     The run starts from the latest complete checkpoint under `root`,
@@ -293,25 +273,22 @@ def train_worker(
             }
             killed = kill == (rank, step)
             save_checkpoint(Path(root), step, state, killed)
-    return ByValue(
-        {
-            "resumed_from": resumed_from,
-            "losses": losses[:num_steps].tolist(),
-            "shard_rows": shard_rows(model),
-            "loaded": loaded,
-            "final": full_state(model, optimizer),
-        }
-    )
+    return {
+        "resumed_from": resumed_from,
+        "losses": losses[:num_steps].tolist(),
+        "shard_rows": shard_rows(model),
+        "loaded": loaded,
+        "final": full_state(model, optimizer),
+    }
 
 
 def main() -> None:
     """Under torchrun: arguments ROOT NUM_STEPS EVERY; rank 0 prints JSON."""
     warnings.filterwarnings("ignore")
     root, num_steps, every = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    # No backend: gloo on a CPU, tpu_dist on a TPU, nccl on CUDA.
-    dist.init_process_group()
+    init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    result = train_worker(rank, world_size, root, num_steps, every).value
+    result = train_worker(rank, world_size, root, num_steps, every)
     dist.destroy_process_group()
     if rank == 0:
         loaded = result["loaded"]
