@@ -54,6 +54,7 @@ help:
 	@echo "                FRESH=1 also replaces stored timing samples of unchanged cells"
 	@echo "make nbval      validate notebooks against their stored outputs under two CPU kernel paths (one: NB=...)"
 	@echo "make bench      execute every notebook 3 times; write book/execution-statistics.md"
+	@echo "make verify     execute every notebook on this machine; record it in verification/ (one: NB=...)"
 	@echo "make serve      serve _build/html on http://127.0.0.1:8000"
 	@echo "make lab        open Jupyter Lab on notebooks/ with the venv's kernel"
 
@@ -120,6 +121,14 @@ notebooks: venv
 
 bench: venv
 	$(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) scripts/notebooks.py bench --runs 3
+
+# Record where the notebooks ran in full (scripts/verify.py): under the conditions of
+# `make notebooks`, in a temporary copy, then rebuild book/verification.md from every record,
+# a failed run's too; the status is the run's (1 when a notebook failed).
+.PHONY: verify
+verify: venv
+	status=0; $(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) scripts/verify.py run $(NB) || status=$$?; \
+	  $(PY) scripts/verify.py page; exit $$status
 
 serve:
 	@test -d _build/html || { echo "No site yet: run 'make book' first."; exit 1; }

@@ -1,0 +1,545 @@
+"""Execute the book's notebooks on this machine and record where they ran: `make verify`.
+
+    python scripts/verify.py run [NOTEBOOK ...]   # execute (all by default), write a record
+    python scripts/verify.py page                 # write book/verification.md from the records
+
+`run` executes each notebook of `notebooks/` (or the ones named) with nbclient in a temporary
+copy of the folder, so nothing is written into `notebooks/`, on whatever accelerator this
+machine has (the notebooks choose it through `torch.accelerator`) with the packages installed
+here. It prints one line per notebook, writes one JSON record into `verification/` (the
+machine's kind, device, driver, package versions and each notebook's result: no hostname, no
+path) and exits 1 when a notebook failed. A failure does not stop the run: the next notebook
+still runs. A notebook is ok when every cell ran, so every `assert` in it held; cells expected
+to raise (tagged `raises-exception`, as every exercise's "Your turn" cell is, or holding the
+line `# NBVAL_RAISES_EXCEPTION`) may raise, as under nbval.
+
+`make verify` runs it under the conditions of `make notebooks` (the Makefile's NOTEBOOK_ENV and
+scripts/no_network: offline guard, one torch thread, no network), then runs `page`. `page`
+rebuilds "Where this book was verified" from every record in `verification/`; a cell of that
+page is only ever filled from a record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+NOTEBOOKS = REPOSITORY / "notebooks"
+RECORDS = REPOSITORY / "verification"
+PAGE = REPOSITORY / "book" / "verification.md"
+CELL_TIMEOUT_SECONDS = 300  # as nbval's --nbval-cell-timeout and scripts/notebooks.py
+KERNEL_SPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+KINDS = ("cpu", "cuda", "tpu")
+COLUMN_TITLES = {"cpu": "CPU", "cuda": "CUDA", "tpu": "TPU"}
+RAISES_TAG = "raises-exception"
+RAISES_MARKER = "# NBVAL_RAISES_EXCEPTION"
+NOT_VERIFIED = "not yet verified"
+MESSAGE_LENGTH = 100  # characters of an error message kept in a record
+# Copied with the notebooks: everything they read (data/, examples/, workers/), not what a
+# previous run left behind.
+COPY_IGNORES = shutil.ignore_patterns("traces", ".ipynb_checkpoints", "__pycache__")
+
+
+class RecordError(ValueError):
+    """Raised for a record file that lacks a field or holds a value of the wrong kind."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The first cell that raised unexpectedly: its index among the code cells, from 0, as
+    nbval names cells ("Cell 38"; None: the kernel never ran a cell)."""
+
+    cell: int | None
+    error: str
+    message: str
+
+
+@dataclass(frozen=True)
+class NotebookResult:
+    """One notebook's run: ok when every cell ran, its seconds from kernel start to shutdown."""
+
+    ok: bool
+    seconds: float
+    code_cells: int
+    failure: Failure | None
+
+
+@dataclass(frozen=True)
+class Record:
+    """One `make verify` run on one machine; `source` names the file it was read from."""
+
+    date: str
+    kind: str
+    device_name: str
+    driver_version: str | None
+    torch: str
+    transformers: str | None
+    torch_tpu: str | None
+    python: str
+    notebooks: Mapping[str, NotebookResult]
+    source: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Running notebooks
+
+
+def expected_to_raise(cell: nbformat.NotebookNode) -> bool:
+    """Whether nbval lets this code cell raise: the `raises-exception` tag or the marker line."""
+    lines = [line.strip() for line in cell.get("source", "").splitlines()]
+    return RAISES_TAG in cell.metadata.get("tags", []) or RAISES_MARKER in lines
+
+
+def _first_line(text: str, scrub: Mapping[str, str] | None = None) -> str:
+    """The first non-empty line of `text`, paths replaced (no machine's paths in a record), at
+    most MESSAGE_LENGTH long."""
+    for path, replacement in (scrub or {}).items():
+        if len(path) > 1:  # never "/" (a home folder can be the root)
+            text = text.replace(path, replacement)
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return line if len(line) <= MESSAGE_LENGTH else line[: MESSAGE_LENGTH - 1] + "…"
+
+
+def execute_notebook(path: Path) -> NotebookResult:
+    """Execute one notebook from its own folder, in memory (the file is not written), until
+    its first unexpected error."""
+    notebook = nbformat.read(path, as_version=4)
+    notebook.metadata["kernelspec"] = KERNEL_SPEC
+    for cell in notebook.cells:  # nbclient honours the tag; give it to marker cells too
+        if cell.cell_type == "code" and expected_to_raise(cell):
+            tags = cell.metadata.setdefault("tags", [])
+            if RAISES_TAG not in tags:
+                tags.append(RAISES_TAG)
+    client = NotebookClient(
+        notebook,
+        timeout=CELL_TIMEOUT_SECONDS,
+        kernel_name="python3",
+        record_timing=False,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    scrub = {  # most specific first: the copy lives in a temporary folder, maybe under home
+        str(path.parent.resolve()): "notebooks",
+        str(path.parent): "notebooks",
+        str(REPOSITORY): ".",
+        str(Path.home()): "~",
+    }
+    failure = None
+    code_index: int | None = None  # nbval's number of the code cell running now
+    started = time.perf_counter()
+    try:
+        with client.setup_kernel():
+            for index, cell in enumerate(notebook.cells):
+                if cell.cell_type == "code":
+                    code_index = 0 if code_index is None else code_index + 1
+                client.execute_cell(cell, index)
+    except CellExecutionError as error:
+        failure = Failure(code_index, error.ename, _first_line(error.evalue, scrub))
+    except Exception as error:  # a cell timeout, a dead kernel, a kernel that never started
+        failure = Failure(code_index, type(error).__name__, _first_line(str(error), scrub))
+    seconds = time.perf_counter() - started
+    code_cells = sum(cell.cell_type == "code" for cell in notebook.cells)
+    return NotebookResult(failure is None, round(seconds, 1), code_cells, failure)
+
+
+# The facts only a process that imports torch can give. It runs as a child that exits before
+# the first notebook starts: on a TPU VM the process that initialises the device holds it, so
+# this script never imports torch itself.
+PROBE = """
+import importlib.metadata, json, platform
+import torch
+
+def version(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+accelerator = torch.accelerator.current_accelerator(check_available=True)
+kind = "cpu" if accelerator is None else accelerator.type
+name = None
+if kind == "cuda":
+    name = torch.cuda.get_device_name(0)
+elif kind == "tpu":
+    name = torch.tpu.get_device_name()
+print(json.dumps({
+    "kind": kind, "device_name": name, "torch": torch.__version__,
+    "transformers": version("transformers"), "torch_tpu": version("torch-tpu"),
+    "python": platform.python_version(),
+}))
+"""
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what `platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def nvidia_driver_version() -> str | None:
+    """nvidia-smi's driver version, or None where there is no NVIDIA driver."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        shown = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = shown.stdout.strip().splitlines()
+    return lines[0].strip() if shown.returncode == 0 and lines else None
+
+
+def probe_machine() -> dict[str, str | None]:
+    """Kind, device name, driver and versions of this machine, from a child Python."""
+    probed = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=600
+    )
+    if probed.returncode != 0:
+        raise RuntimeError(f"could not import torch to probe the machine:\n{probed.stderr}")
+    facts = json.loads(probed.stdout.strip().splitlines()[-1])
+    if facts["kind"] not in KINDS:
+        raise RuntimeError(
+            f"this machine's accelerator is {facts['kind']!r}; the page has columns for "
+            f"{', '.join(KINDS)} only"
+        )
+    if facts["kind"] == "cpu":
+        facts["device_name"] = cpu_model()
+    facts["driver_version"] = nvidia_driver_version()
+    return facts
+
+
+def _utc_now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def summary_line(name: str, result: NotebookResult, width: int = 0) -> str:
+    """'ok   01_device_agnostic_basics  23.4 s' or 'FAIL 05_...  cell 38: RuntimeError: ...'."""
+    if result.ok:
+        return f"ok   {name:<{width}}  {result.seconds:.1f} s"
+    assert result.failure is not None
+    return f"FAIL {name:<{width}}  {_failure_text(result.failure)}"
+
+
+def _failure_text(failure: Failure) -> str:
+    where = "before the first cell" if failure.cell is None else f"cell {failure.cell}"
+    message = f": {failure.message}" if failure.message else ""
+    return f"{where}: {failure.error}{message}"
+
+
+def record_file_name(record: Record) -> str:
+    """'<kind>-<device, as a slug>-<UTC date and time>.json': no hostname, and the records of
+    one machine sort by date."""
+    slug = re.sub(r"[^a-z0-9]+", "-", record.device_name.lower()).strip("-")[:32].strip("-")
+    stamp = record.date.replace(":", "").replace("-", "")  # 20261205T074512Z
+    return f"{record.kind}-{slug or 'device'}-{stamp}.json"
+
+
+def run(paths: list[Path], records: Path = RECORDS) -> tuple[Record, Path]:
+    """Execute the notebooks (each from a temporary copy of notebooks/) and write the record."""
+    facts = probe_machine()
+    date = _utc_now()
+    print(f"{facts['kind']}: {facts['device_name']}, torch {facts['torch']}", flush=True)
+    width = max(len(path.stem) for path in paths)
+    results: dict[str, NotebookResult] = {}
+    with tempfile.TemporaryDirectory(prefix="tpuready-verify-") as folder:
+        copy = Path(folder) / "notebooks"
+        shutil.copytree(NOTEBOOKS, copy, ignore=COPY_IGNORES)
+        for path in paths:
+            results[path.stem] = result = execute_notebook(copy / path.name)
+            print(summary_line(path.stem, result, width), flush=True)
+    record = Record(date=date, notebooks=results, **facts)
+    records.mkdir(exist_ok=True)
+    target = records / record_file_name(record)
+    target.write_text(json.dumps(record_to_json(record), indent=2) + "\n", encoding="utf-8")
+    return record, target
+
+
+# ---------------------------------------------------------------------------------------------
+# Records
+
+
+def record_to_json(record: Record) -> dict[str, object]:
+    """The record as its file holds it (every field, notebooks by name)."""
+    return {
+        "date": record.date,
+        "kind": record.kind,
+        "device_name": record.device_name,
+        "driver_version": record.driver_version,
+        "torch": record.torch,
+        "transformers": record.transformers,
+        "torch_tpu": record.torch_tpu,
+        "python": record.python,
+        "notebooks": {
+            name: {
+                "ok": result.ok,
+                "seconds": result.seconds,
+                "code_cells": result.code_cells,
+                "failure": None
+                if result.failure is None
+                else {
+                    "cell": result.failure.cell,
+                    "error": result.failure.error,
+                    "message": result.failure.message,
+                },
+            }
+            for name, result in sorted(record.notebooks.items())
+        },
+    }
+
+
+def _field(data: object, name: str, kinds: tuple[type, ...], where: str) -> object:
+    """`data[name]` after checking it is there and of one of `kinds` (a bool is no number)."""
+    if not isinstance(data, Mapping):
+        raise RecordError(f"{where}: expected an object, got {type(data).__name__}")
+    if name not in data:
+        raise RecordError(f"{where}: missing field {name!r}")
+    value = data[name]
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+        names = " or ".join("null" if kind is type(None) else kind.__name__ for kind in kinds)
+        raise RecordError(f"{where}: field {name!r} must be {names}, got {value!r}")
+    return value
+
+
+def _text(data: object, name: str, where: str) -> str:
+    return str(_field(data, name, (str,), where))
+
+
+def _optional_text(data: object, name: str, where: str) -> str | None:
+    value = _field(data, name, (str, type(None)), where)
+    return None if value is None else str(value)
+
+
+def _parse_result(entry: object, where: str) -> NotebookResult:
+    ok = bool(_field(entry, "ok", (bool,), where))
+    seconds = _field(entry, "seconds", (int, float), where)
+    code_cells = _field(entry, "code_cells", (int,), where)
+    failed = _field(entry, "failure", (dict, type(None)), where)
+    failure = None
+    if failed is not None:
+        cell = _field(failed, "cell", (int, type(None)), where)
+        failure = Failure(
+            None if cell is None else int(cell),
+            _text(failed, "error", where),
+            _text(failed, "message", where),
+        )
+    if ok != (failure is None):
+        raise RecordError(f"{where}: 'ok' is {ok} but 'failure' is {failed!r}")
+    return NotebookResult(ok, float(seconds), int(code_cells), failure)
+
+
+def parse_record(data: object, source: str = "record") -> Record:
+    """A record from its JSON data, every field checked; an error names the file and field."""
+    date = _text(data, "date", source)
+    try:
+        datetime.datetime.strptime(date, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        raise RecordError(
+            f"{source}: field 'date' must be a UTC time such as 2026-12-05T07:45:12Z, got {date!r}"
+        ) from None
+    kind = _text(data, "kind", source)
+    if kind not in KINDS:
+        raise RecordError(f"{source}: field 'kind' must be one of {list(KINDS)}, got {kind!r}")
+    notebooks = _field(data, "notebooks", (dict,), source)
+    assert isinstance(notebooks, dict)
+    if not notebooks:
+        raise RecordError(f"{source}: field 'notebooks' holds no notebook")
+    return Record(
+        date=date,
+        kind=kind,
+        device_name=_text(data, "device_name", source),
+        driver_version=_optional_text(data, "driver_version", source),
+        torch=_text(data, "torch", source),
+        transformers=_optional_text(data, "transformers", source),
+        torch_tpu=_optional_text(data, "torch_tpu", source),
+        python=_text(data, "python", source),
+        notebooks={
+            name: _parse_result(entry, f"{source}, notebook {name!r}")
+            for name, entry in notebooks.items()
+        },
+        source=source,
+    )
+
+
+def load_records(folder: Path = RECORDS) -> list[Record]:
+    """Every record in `folder` (its *.json files), checked; none when the folder is absent."""
+    records = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise RecordError(f"{path.name}: not JSON ({error})") from error
+        records.append(parse_record(data, path.name))
+    return records
+
+
+# ---------------------------------------------------------------------------------------------
+# The page
+
+
+def book_notebooks() -> list[tuple[str, str]]:
+    """(file stem, title) of every notebook of the book, chapters in order, then references."""
+    rows = []
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        heading = next(
+            (
+                line[2:].strip()
+                for cell in notebook.cells
+                if cell.cell_type == "markdown"
+                for line in cell.source.splitlines()
+                if line.startswith("# ")
+            ),
+            path.stem,
+        )
+        rows.append((path.stem, heading))
+    return rows
+
+
+def _escaped(text: str) -> str:
+    """Text safe inside a Markdown table cell: punctuation that MyST reads is backslashed."""
+    return re.sub(r"([\\`*_{}\[\]<>|#$~])", r"\\\1", text)
+
+
+def _cell(record: Record, result: NotebookResult) -> str:
+    if result.ok:
+        state = "ok"
+    else:
+        assert result.failure is not None
+        state = f"**failed**, {_escaped(_failure_text(result.failure))}"
+    return f"{state}; {record.date[:10]}; torch {_escaped(record.torch)}; {result.seconds:.1f} s"
+
+
+def newest(records: list[Record], kind: str, notebook: str) -> Record | None:
+    """The newest record of this kind that ran this notebook (a later partial run, such as
+    `make verify NB=...`, replaces only the notebooks it ran)."""
+    ran = [r for r in records if r.kind == kind and notebook in r.notebooks]
+    return max(ran, key=lambda r: (r.date, r.source), default=None)
+
+
+def verification_page(records: list[Record], notebooks: list[tuple[str, str]]) -> str:
+    """The page "Where this book was verified": one row per notebook, one column per kind."""
+    header = "| Notebook | " + " | ".join(COLUMN_TITLES[kind] for kind in KINDS) + " |"
+    rows = [header, "|---" * (len(KINDS) + 1) + "|"]
+    for stem, title in notebooks:
+        cells = []
+        for kind in KINDS:
+            record = newest(records, kind, stem)
+            cells.append(NOT_VERIFIED if record is None else _cell(record, record.notebooks[stem]))
+        rows.append(f"| [{title}](../notebooks/{stem}.ipynb) | " + " | ".join(cells) + " |")
+    missing = [COLUMN_TITLES[k] for k in KINDS if not any(r.kind == k for r in records)]
+    unrecorded = ""
+    if missing:
+        kinds = " or ".join([", ".join(missing[:-1]), missing[-1]] if missing[:-1] else missing)
+        columns = "its column says" if len(missing) == 1 else "their columns say"
+        unrecorded = f'No {kinds} machine has a record yet: {columns} "{NOT_VERIFIED}".\n\n'
+    machines = [
+        f"- `{r.source}`: {COLUMN_TITLES[r.kind]}, {_escaped(r.device_name)}"
+        + ("" if r.driver_version is None else f", driver {_escaped(r.driver_version)}")
+        + f"; torch {_escaped(r.torch)}"
+        + ("" if r.torch_tpu is None else f", torch-tpu {_escaped(r.torch_tpu)}")
+        + f", transformers {_escaped(r.transformers or 'not installed')}"
+        + f", Python {_escaped(r.python)}; {r.date[:10]}; "
+        + f"{sum(n.ok for n in r.notebooks.values())} of {len(r.notebooks)} notebooks ok"
+        for r in sorted(records, key=lambda r: (r.date, r.source), reverse=True)
+    ]
+    return f"""% Generated by `python scripts/verify.py page` from the records in verification/:
+% edit the script or add a record, not this file (tests/test_verify.py checks it).
+
+# Where this book was verified
+
+Continuous integration runs every notebook on a CPU and compares its outputs with the stored
+ones. This page says where each notebook was also executed in full, every cell and so every
+`assert` in it passing, on each kind of machine: a CPU, a CUDA GPU and a Cloud TPU. Each cell
+comes from the newest record of that kind that ran the notebook: its result (a failure names
+the first cell that raised and its error), the date (UTC), the torch version and the seconds
+the notebook took from kernel start to shutdown.
+
+{chr(10).join(rows)}
+
+## Record a machine
+
+{unrecorded}A cell is filled only from a record. To record one, run `make verify` on such a
+machine with the book installed ([Set up your machine](setup.md) says how, for CUDA and for a
+Cloud TPU VM), then commit the new file in `verification/` and this page, which `make verify`
+rewrites. `make verify NB=notebooks/NN_slug.ipynb` records one notebook. Each record holds
+the machine's device name, driver and package versions, and each notebook's result.
+
+## The records
+
+{chr(10).join(machines) if machines else "None yet."}
+"""
+
+
+def write_page(page: Path = PAGE, records: Path = RECORDS) -> None:
+    """Rewrite the page from every record in `records`."""
+    found = load_records(records)
+    page.write_text(verification_page(found, book_notebooks()), encoding="utf-8")
+    print(f"wrote {page.name} from {len(found)} record(s)")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser("run", help="execute notebooks, write a record")
+    run_parser.add_argument("notebooks", nargs="*", type=Path)
+    commands.add_parser("page", help="write book/verification.md from the records")
+    arguments = parser.parse_args(argv)
+    if arguments.command == "page":
+        write_page()
+        return 0
+    paths = [path.resolve() for path in arguments.notebooks] or sorted(NOTEBOOKS.glob("*.ipynb"))
+    wrong = [str(p) for p in paths if p.parent != NOTEBOOKS or p.suffix != ".ipynb"]
+    if wrong:
+        parser.error(f"not a notebook in notebooks/: {', '.join(wrong)}")
+    missing = [str(path) for path in paths if not path.is_file()]
+    if missing:
+        parser.error(f"no such notebook: {', '.join(missing)}")
+    if os.environ.get("TPUREADY_OFFLINE") != "1":
+        print(
+            "note: TPUREADY_OFFLINE is not set: `make verify` runs the notebooks under the "
+            "tests' conditions (offline guard, one torch thread, no network)",
+            file=sys.stderr,
+        )
+    try:
+        record, target = run(paths)
+    except RuntimeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    failed = [name for name, result in record.notebooks.items() if not result.ok]
+    print(
+        f"wrote {target.relative_to(REPOSITORY)}: {len(record.notebooks) - len(failed)} of "
+        f"{len(record.notebooks)} notebooks ok"
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

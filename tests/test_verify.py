@@ -1,0 +1,286 @@
+"""`scripts/verify.py`: the records of where the notebooks ran, and the page built from them.
+
+Only one generated notebook is executed (a kernel start, a few seconds); every other test
+works on records made here, so no real chapter runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import REPOSITORY
+
+
+def _load_verify():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("verify", REPOSITORY / "scripts/verify.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["verify"] = module  # dataclasses look their module up while they are built
+    spec.loader.exec_module(module)
+    return module
+
+
+verify = _load_verify()
+NOTEBOOKS = verify.book_notebooks()
+STEMS = [stem for stem, _ in NOTEBOOKS]
+
+
+def result(seconds: float = 12.0, failure=None):  # type: ignore[no-untyped-def]
+    return verify.NotebookResult(failure is None, seconds, 30, failure)
+
+
+def record(kind: str = "cpu", date: str = "2026-12-05T07:45:12Z", **fields):  # type: ignore[no-untyped-def]
+    values = {
+        "device_name": "AMD EPYC 7B13",
+        "driver_version": None,
+        "torch": "2.13.0+cpu",
+        "transformers": "4.57.1",
+        "torch_tpu": None,
+        "python": "3.11.7",
+        "notebooks": {stem: result() for stem in STEMS},
+        "source": f"{kind}-{date}.json",
+    }
+    values.update(fields)
+    return verify.Record(date=date, kind=kind, **values)
+
+
+def table(page: str) -> dict[str, list[str]]:
+    """Notebook stem -> its CPU, CUDA and TPU cells, split at the pipes Markdown reads."""
+    rows = {}
+    for line in page.splitlines():
+        found = re.match(r"\| \[.*\]\(\.\./notebooks/(\w+)\.ipynb\) \|", line)
+        if found:
+            cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+            rows[found.group(1)] = cells[1:]
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# The page
+
+
+def test_the_committed_page_is_the_one_the_committed_records_give() -> None:
+    expected = verify.verification_page(verify.load_records(), NOTEBOOKS)
+    committed = (REPOSITORY / "book" / "verification.md").read_text(encoding="utf-8")
+    assert committed == expected, (
+        "book/verification.md is stale: run `python scripts/verify.py page`"
+    )
+
+
+def test_every_notebook_has_a_row_linked_to_its_page() -> None:
+    rows = table(verify.verification_page([], NOTEBOOKS))
+    assert list(rows) == STEMS
+    assert len(STEMS) == len(list((REPOSITORY / "notebooks").glob("*.ipynb")))
+    assert "[Hardware figures](../notebooks/reference_hardware.ipynb)" in (
+        verify.verification_page([], NOTEBOOKS)
+    )
+
+
+def test_a_kind_without_a_record_is_not_yet_verified() -> None:
+    page = verify.verification_page([record("cpu")], NOTEBOOKS)
+    for stem, (cpu, cuda, tpu) in table(page).items():
+        assert cpu == "ok; 2026-12-05; torch 2.13.0+cpu; 12.0 s", stem
+        assert cuda == tpu == "not yet verified"
+    assert 'No CUDA or TPU machine has a record yet: their columns say "not yet verified"' in page
+    assert "`make verify`" in page
+
+
+def test_without_any_record_no_cell_is_filled() -> None:
+    page = verify.verification_page([], NOTEBOOKS)
+    assert {cell for cells in table(page).values() for cell in cells} == {"not yet verified"}
+    assert "No CPU, CUDA or TPU machine has a record yet" in page
+
+
+def test_a_failure_names_its_cell_and_error() -> None:
+    failure = verify.Failure(38, "RuntimeError", "shapes [2|3] and *4* differ")
+    notebooks = {stem: result() for stem in STEMS}
+    notebooks["05_meshes_and_dtensor"] = result(seconds=17.5, failure=failure)
+    page = verify.verification_page([record("tpu", notebooks=notebooks)], NOTEBOOKS)
+    cpu, cuda, tpu = table(page)["05_meshes_and_dtensor"]  # the pipe did not split the cell
+    assert tpu == (
+        r"**failed**, cell 38: RuntimeError: shapes \[2\|3\] and \*4\* differ; 2026-12-05; "
+        "torch 2.13.0+cpu; 17.5 s"
+    )
+    assert cpu == cuda == "not yet verified"
+    assert table(page)["01_device_agnostic_basics"][2].startswith("ok;")
+
+
+def test_the_newest_record_of_a_kind_fills_the_notebooks_it_ran() -> None:
+    older = record("cuda", "2026-11-01T10:00:00Z", torch="2.12.0")
+    newer = record(
+        "cuda",
+        "2026-12-01T10:00:00Z",
+        torch="2.13.0",
+        notebooks={"reference_hardware": result(seconds=3.5)},
+    )
+    rows = table(verify.verification_page([newer, older], NOTEBOOKS))
+    assert rows["reference_hardware"][1] == "ok; 2026-12-01; torch 2.13.0; 3.5 s"
+    assert rows["01_device_agnostic_basics"][1] == "ok; 2026-11-01; torch 2.12.0; 12.0 s"
+
+
+def test_the_records_section_lists_each_machine() -> None:
+    gpu = record("cuda", device_name="NVIDIA H200", driver_version="570.86.15")
+    page = verify.verification_page([gpu], NOTEBOOKS)
+    assert "- `cuda-2026-12-05T07:45:12Z.json`: CUDA, NVIDIA H200, driver 570.86.15" in page
+
+
+# ---------------------------------------------------------------------------------------------
+# Records
+
+
+def test_a_record_reads_back_as_it_was_written() -> None:
+    failure = verify.Failure(7, "AssertionError", "loss went up")
+    written = record(notebooks={"01_device_agnostic_basics": result(failure=failure)})
+    data = json.loads(json.dumps(verify.record_to_json(written)))
+    assert verify.parse_record(data, written.source) == written
+
+
+REQUIRED = [
+    "date",
+    "kind",
+    "device_name",
+    "driver_version",
+    "torch",
+    "transformers",
+    "torch_tpu",
+    "python",
+    "notebooks",
+]
+
+
+@pytest.mark.parametrize("field", REQUIRED)
+def test_a_record_missing_a_field_is_refused_by_name(field: str) -> None:
+    data = verify.record_to_json(record())
+    del data[field]
+    with pytest.raises(verify.RecordError, match=f"^cpu-record.json: missing field '{field}'$"):
+        verify.parse_record(data, "cpu-record.json")
+
+
+@pytest.mark.parametrize("field", ["ok", "seconds", "code_cells", "failure"])
+def test_a_notebook_entry_missing_a_field_is_refused_by_name(field: str) -> None:
+    data = verify.record_to_json(record())
+    del data["notebooks"]["06_fsdp2"][field]
+    with pytest.raises(verify.RecordError, match=f"notebook '06_fsdp2': missing field '{field}'"):
+        verify.parse_record(data, "r.json")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(kind="rocm"), "'kind' must be one of"),
+        (lambda d: d.update(date="2026-12-05"), "'date' must be a UTC time"),
+        (lambda d: d.update(torch=2.13), "'torch' must be str, got 2.13"),
+        (lambda d: d.update(notebooks={}), "holds no notebook"),
+        (lambda d: d["notebooks"]["06_fsdp2"].update(seconds="12"), "'seconds' must be int"),
+        (lambda d: d["notebooks"]["06_fsdp2"].update(code_cells=True), "'code_cells' must be"),
+        (lambda d: d["notebooks"]["06_fsdp2"].update(ok=False), "'ok' is False but 'failure'"),
+    ],
+)
+def test_a_record_with_a_wrong_value_is_refused(change, message: str) -> None:
+    data = verify.record_to_json(record())
+    change(data)
+    with pytest.raises(verify.RecordError, match=re.escape(message)):
+        verify.parse_record(data, "r.json")
+
+
+def test_a_file_that_is_not_json_is_refused_by_name(tmp_path: Path) -> None:
+    (tmp_path / "cpu-broken.json").write_text("{not json")
+    with pytest.raises(verify.RecordError, match=r"cpu-broken\.json: not JSON"):
+        verify.load_records(tmp_path)
+
+
+def test_a_record_file_name_holds_kind_device_and_time_but_no_hostname() -> None:
+    name = verify.record_file_name(record(device_name="Intel(R) Xeon(R) CPU @ 2.20GHz"))
+    assert name == "cpu-intel-r-xeon-r-cpu-2-20ghz-20261205T074512Z.json"
+    assert socket.gethostname().lower() not in name
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+def test_summary_lines() -> None:
+    assert (
+        verify.summary_line("01_device_agnostic_basics", result(23.44))
+        == "ok   01_device_agnostic_basics  23.4 s"
+    )
+    failure = verify.Failure(38, "RuntimeError", "shapes differ")
+    assert (
+        verify.summary_line("05_meshes_and_dtensor", result(failure=failure), width=26)
+        == "FAIL 05_meshes_and_dtensor       cell 38: RuntimeError: shapes differ"
+    )
+    died = verify.Failure(None, "DeadKernelError", "Kernel died")
+    assert verify.summary_line("06_fsdp2", result(failure=died)).endswith(
+        "before the first cell: DeadKernelError: Kernel died"
+    )
+
+
+def test_cells_expected_to_raise_are_the_ones_nbval_lets_raise() -> None:
+    tagged = nbformat.v4.new_code_cell("raise NotImplementedError")
+    tagged.metadata["tags"] = ["your-turn", "raises-exception", "remove-output"]
+    marked = nbformat.v4.new_code_cell("# NBVAL_RAISES_EXCEPTION\nraise KeyError(1)")
+    quoted = nbformat.v4.new_code_cell('print("# NBVAL_RAISES_EXCEPTION")')
+    assert verify.expected_to_raise(tagged) and verify.expected_to_raise(marked)
+    assert not verify.expected_to_raise(quoted)
+
+
+def test_the_first_unexpected_error_is_the_failing_cell(tmp_path: Path) -> None:
+    notebook = nbformat.v4.new_notebook()
+    tagged = nbformat.v4.new_code_cell('raise ValueError("an exercise before its answer")')
+    tagged.metadata["tags"] = ["raises-exception"]
+    notebook.cells = [
+        nbformat.v4.new_markdown_cell("# A tiny notebook"),
+        nbformat.v4.new_code_cell("import os\nx = 1"),
+        tagged,
+        nbformat.v4.new_code_cell("# NBVAL_RAISES_EXCEPTION\nraise KeyError('expected too')"),
+        nbformat.v4.new_code_cell('assert x == 2, f"x is {x} in {os.getcwd()}"'),
+        nbformat.v4.new_code_cell("raise RuntimeError('never reached')"),
+    ]
+    path = tmp_path / "tiny.ipynb"
+    nbformat.write(notebook, path)
+    before = path.read_text()
+    ran = verify.execute_notebook(path)
+    # The fourth code cell: nbval's "Cell 3", counting code cells from 0.
+    assert ran.failure == verify.Failure(3, "AssertionError", "x is 1 in notebooks")
+    assert (ran.ok, ran.code_cells) == (False, 5)
+    assert path.read_text() == before  # executed in memory: the file is not written
+
+
+def test_the_probe_reports_this_machine() -> None:
+    import torch
+
+    facts = verify.probe_machine()
+    assert facts["kind"] in verify.KINDS
+    assert facts["torch"] == torch.__version__
+    assert facts["device_name"]
+    assert set(facts) == set(REQUIRED) - {"date", "notebooks"}
+
+
+def test_run_refuses_a_notebook_outside_notebooks(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_status:
+        verify.main(["run", str(REPOSITORY / "README.md")])
+    assert exit_status.value.code == 2
+    assert "not a notebook in notebooks/" in capsys.readouterr().err
+
+
+def test_make_verify_runs_under_the_notebook_conditions_then_writes_the_page() -> None:
+    dry_run = subprocess.run(
+        ["make", "-n", "verify", "NB=notebooks/reference_hardware.ipynb"],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    run_at, page_at = dry_run.index("verify.py run"), dry_run.index("verify.py page")
+    assert run_at < page_at
+    for condition in ("TPUREADY_OFFLINE=1", "OMP_NUM_THREADS=1", "scripts/no_network"):
+        assert condition in dry_run[:run_at]
+    assert "notebooks/reference_hardware.ipynb" in dry_run
