@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -99,11 +101,24 @@ def test_seed_everything_rejects_bad_seeds_by_name(bad: object) -> None:
         seed_everything(bad)  # type: ignore[arg-type]
 
 
-def test_compile_backend_counts_cheaply_on_the_cpu_only():
-    assert compile_backend_for(torch.device("cpu")) == "aot_eager"
-    # "privateuseone" is TorchTPU's key before it renames it to "tpu".
-    for device_type in ("cuda", "xpu", "mps", "privateuseone"):
-        assert compile_backend_for(torch.device(device_type)) is None
+def test_compile_backend_counts_cheaply_everywhere_but_a_tpu():
+    for device_type in ("cpu", "cuda", "xpu", "mps"):
+        assert compile_backend_for(torch.device(device_type)) == "aot_eager"
+
+
+def test_compile_backend_is_torch_compile_s_default_on_a_tpu():
+    # torch.device("tpu") exists once PrivateUse1 is renamed, as TorchTPU does; a rename
+    # lasts for the process, so it happens in a child.
+    code = (
+        "import torch\n"
+        "from tpuready.device import compile_backend_for\n"
+        "torch.utils.rename_privateuse1_backend('tpu')\n"
+        "print(compile_backend_for(torch.device('tpu')))\n"
+    )
+    printed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert printed.strip() == "None"
 
 
 def test_compile_backend_refuses_a_device_name():

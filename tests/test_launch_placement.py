@@ -104,6 +104,16 @@ HOSTS = {
 }
 
 
+# torch's map from device type to default backend, as a fresh process has it: another test
+# in the same process (the fake process group) can register a backend for "hpu" in the live one.
+FRESH_BACKEND_MAP = {"cpu": "gloo", "cuda": "nccl", "xpu": "xccl", "mps": "gloo"}
+
+
+@pytest.fixture(autouse=True)
+def fresh_backend_map(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dist.Backend, "default_device_backend_map", dict(FRESH_BACKEND_MAP))
+
+
 @pytest.mark.parametrize(
     ("accelerator", "device_count", "num_ranks", "backend", "devices", "reason"),
     list(HOSTS.values()),

@@ -1,14 +1,17 @@
 """`tpuready.timing`: waiting for a result on a (fake) accelerator, timing on a fake clock.
 
-No accelerator is needed: a fake one replaces `torch.accelerator.is_available` and
-`synchronize`, and `Tensor.cpu` records each copy, so the tests show what `wait_for` does on a
-device (copy every tensor in full, then synchronize) and that it does nothing on a CPU.
+No accelerator is needed: a fake one replaces `torch.accelerator.current_accelerator`,
+`is_available` and `synchronize`, and `Tensor.item` and `Tensor.cpu` record each host read
+and copy, so the tests show what `wait_for` does on TorchTPU (one host read of a number that
+needs every element, then a synchronize), on CUDA (a synchronize, no copy) and on a CPU
+(nothing).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -22,7 +25,7 @@ no_deadline = settings(deadline=None)  # values, not speed: a loaded machine mus
 
 
 class FakeAccelerator:
-    """Records the calls a device would receive: host copies and synchronizes, in order."""
+    """Records what a device would receive: host reads, copies and synchronizes, in order."""
 
     def __init__(self) -> None:
         self.events: list[tuple[str, object]] = []
@@ -30,24 +33,43 @@ class FakeAccelerator:
     def synchronize(self) -> None:
         self.events.append(("synchronize", None))
 
-    @property
-    def copied(self) -> list[object]:
-        return [what for event, what in self.events if event == "copy"]
+    def of(self, kind: str) -> list[object]:
+        return [what for event, what in self.events if event == kind]
+
+
+def install_fake(monkeypatch: pytest.MonkeyPatch, device_type: str) -> FakeAccelerator:
+    """Make this process look as if it ran on a `device_type` accelerator."""
+    fake = FakeAccelerator()
+    real_item, real_cpu = torch.Tensor.item, torch.Tensor.cpu
+
+    def recording_item(self: torch.Tensor) -> object:
+        value = real_item(self)
+        fake.events.append(("read", value))
+        return value
+
+    def recording_cpu(self: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        fake.events.append(("copy", tuple(self.shape)))
+        return real_cpu(self, *args, **kwargs)
+
+    accelerator = SimpleNamespace(type=device_type)  # torch.device("tpu") needs TorchTPU
+    monkeypatch.setattr(
+        torch.accelerator, "current_accelerator", lambda check_available=False: accelerator
+    )
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "synchronize", fake.synchronize)
+    monkeypatch.setattr(torch.Tensor, "item", recording_item)
+    monkeypatch.setattr(torch.Tensor, "cpu", recording_cpu)
+    return fake
 
 
 @pytest.fixture
-def accelerator(monkeypatch: pytest.MonkeyPatch) -> FakeAccelerator:
-    fake = FakeAccelerator()
-    real_cpu = torch.Tensor.cpu
+def tpu(monkeypatch: pytest.MonkeyPatch) -> FakeAccelerator:
+    return install_fake(monkeypatch, "tpu")
 
-    def recording_cpu(self: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
-        fake.events.append(("copy", (self.data_ptr(), tuple(self.shape))))
-        return real_cpu(self, *args, **kwargs)
 
-    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
-    monkeypatch.setattr(torch.accelerator, "synchronize", fake.synchronize)
-    monkeypatch.setattr(torch.Tensor, "cpu", recording_cpu)
-    return fake
+@pytest.fixture
+def cuda(monkeypatch: pytest.MonkeyPatch) -> FakeAccelerator:
+    return install_fake(monkeypatch, "cuda")
 
 
 class ModelOutputLike(Mapping):
@@ -66,45 +88,64 @@ class ModelOutputLike(Mapping):
         return len(self._fields)
 
 
-def identity(tensor: torch.Tensor) -> tuple[int, tuple[int, ...]]:
-    return tensor.data_ptr(), tuple(tensor.shape)
-
-
 # ---------------------------------------------------------------------------------------------
 # wait_for
 
 
-def test_on_an_accelerator_every_tensor_is_copied_in_full_then_synchronized(
-    accelerator: FakeAccelerator,
+def test_on_a_tpu_one_number_that_needs_every_element_is_read_then_synchronized(
+    tpu: FakeAccelerator,
 ) -> None:
     logits, loss = torch.randn(4, 8), torch.randn(())
     hidden = [torch.randn(2, 3), torch.randn(3, 2)]
     result = ModelOutputLike(logits=logits, loss=loss, hidden_states=(hidden, {"last": hidden[1]}))
+    # tolist(), not item(): the fake records every item() call as a host read.
+    expected = torch.stack([t.sum() for t in (logits, loss, *hidden, hidden[1])]).sum().tolist()
     wait_for(result)
-    expected = {identity(t) for t in (logits, loss, *hidden)}
-    assert set(accelerator.copied) == expected  # whole tensors: no one-element slice
-    assert accelerator.events[-1] == ("synchronize", None)  # after the last copy
+    (read,) = tpu.of("read")  # one number read on the host
+    assert math.isclose(read, expected, rel_tol=1e-5)  # every element is in it
+    assert tpu.of("copy") == []  # no copy of the whole result over the host link
+    assert tpu.events[-1] == ("synchronize", None)
 
 
-def test_a_tensor_that_requires_grad_is_copied_too(accelerator: FakeAccelerator) -> None:
-    weights = torch.randn(3, 3, requires_grad=True)
-    wait_for(weights * 2)
-    assert [shape for _, shape in accelerator.copied] == [(3, 3)]
+def test_on_a_tpu_the_read_comes_before_the_synchronize(tpu: FakeAccelerator) -> None:
+    wait_for(torch.ones(3, 3))
+    assert tpu.events == [("read", 9.0), ("synchronize", None)]
 
 
-def test_non_tensor_leaves_are_ignored(accelerator: FakeAccelerator) -> None:
+def test_on_a_tpu_changing_any_element_changes_the_number_read(tpu: FakeAccelerator) -> None:
+    for position in range(6):
+        values = torch.zeros(2, 3)
+        values.view(-1)[position] = 1.0
+        wait_for(values)
+    assert tpu.of("read") == [1.0] * 6  # each element, wherever it sits, reaches the read
+
+
+def test_on_a_tpu_bool_int_complex_and_grad_tensors_are_read_too(tpu: FakeAccelerator) -> None:
+    weights = torch.ones(2, requires_grad=True)
+    wait_for([torch.tensor([True, True]), torch.arange(3), torch.tensor([3 + 4j]), weights * 2])
+    assert tpu.of("read") == [2.0 + 3.0 + 5.0 + 4.0]
+
+
+def test_on_cuda_a_synchronize_is_enough_and_nothing_is_copied(cuda: FakeAccelerator) -> None:
+    wait_for({"logits": torch.randn(64, 64), "loss": torch.randn(())})
+    assert cuda.events == [("synchronize", None)]
+
+
+def test_non_tensor_leaves_are_ignored(tpu: FakeAccelerator) -> None:
     wait_for({"step": 3, "name": "loss", "value": None, "scores": [1.5, "x"]})
-    assert accelerator.copied == []
-    assert accelerator.events == [("synchronize", None)]
+    assert tpu.events == [("synchronize", None)]
 
 
-def test_on_a_cpu_nothing_is_copied_or_synchronized(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_on_a_cpu_nothing_is_read_or_synchronized(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("wait_for must not touch the device on a CPU")
 
-    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    monkeypatch.setattr(
+        torch.accelerator, "current_accelerator", lambda check_available=False: None
+    )
     monkeypatch.setattr(torch.accelerator, "synchronize", refuse)
     monkeypatch.setattr(torch.Tensor, "cpu", refuse)
+    monkeypatch.setattr(torch.Tensor, "item", refuse)
     wait_for((torch.randn(8), {"loss": torch.randn(())}))
 
 
@@ -158,11 +199,11 @@ def test_arguments_reach_the_function(clock: FakeClock) -> None:
     assert len(result.seconds) == 2
 
 
-def test_each_call_waits_for_its_output(accelerator: FakeAccelerator) -> None:
+def test_each_call_waits_for_its_output(tpu: FakeAccelerator) -> None:
     outputs = [torch.full((2, 2), float(i)) for i in range(4)]
     produced = iter(outputs)
     time_call(lambda: next(produced), warmup=1, repeats=3)
-    assert accelerator.copied == [identity(t) for t in outputs]
+    assert tpu.of("read") == [0.0, 4.0, 8.0, 12.0]  # the sum of each output, in order
 
 
 def test_a_real_matmul_on_this_machine() -> None:

@@ -25,14 +25,14 @@ def choose_device() -> torch.device:
 def compile_backend_for(device: torch.device) -> str | None:
     """The `torch.compile` backend the book counts graphs with on `device` (chapters 11-14).
 
-    "aot_eager" on a CPU: it captures the same graphs as any backend without generating code,
-    so counting is cheap. None elsewhere, meaning torch.compile's own default, as if no
-    `backend=` were written: Inductor on CUDA, TorchTPU's "tpu" on a TPU, which refuses
-    `backend="inductor"` for TPU tensors.
+    "aot_eager" on a CPU and on CUDA: it captures the same graphs as any backend without
+    generating code, so counting is cheap. None on a TPU, meaning torch.compile's own default,
+    as if no `backend=` were written: TorchTPU's "tpu" backend, the one whose compiles the
+    counts stand for there (it refuses `backend="inductor"` for TPU tensors).
     """
     if not isinstance(device, torch.device):
         raise TypeError(f"device must be a torch.device, got {device!r}")
-    return "aot_eager" if device.type == "cpu" else None
+    return None if device.type == "tpu" else "aot_eager"
 
 
 def seed_everything(seed: int = 0) -> None:

@@ -1,35 +1,30 @@
-"""Time device work honestly: wait for a result by copying all of it to the host.
+"""Time device work honestly: wait until the device has made the whole result.
 
 The one timing helper of the book's notebooks: chapter 1 (`01_device_agnostic_basics`, steps 3
 and 4) teaches why a clock read right after a PyTorch call measures only the launch and times
 tensor creation; chapter 11 (`11_static_shapes_and_recompiles`, step 4) times one compile
-against a steady-state call; chapter 15 (`15_rooflines_mfu_and_profiling`, steps 2 and 4)
-times the peak matmul and a training step for its MFU.
+against a steady-state call; chapter 15 (`15_rooflines_mfu_and_profiling`, step 4) times a
+training step for its MFU.
 
-Why a copy, and why of the whole result:
+How `wait_for` waits, by device:
 
-- TorchTPU 0.2.0's `torch.accelerator.synchronize()` waits only for pending device-to-host
-  copies, not for queued computation, so it alone proves nothing on a TPU. Copying a result to
-  the host (`.cpu()`) waits for the work that produces it on TorchTPU and CUDA alike.
-  `wait_for` still calls `synchronize()` as well: on CUDA it also waits for work on other
-  streams, and on TorchTPU it waits for copies already queued.
-- A fusing compiler (TorchTPU's `DEFER_AND_FUSE` eager mode, XLA under `torch.compile`)
-  computes only what is read. Copying one element (`result.flatten()[:1].cpu()`) may let it
-  compute one element. A reduction read on the host (`result.sum().item()`) needs every
-  element, but it changes the program being timed: the compiler can fuse the sum into the
-  producer, so the output is never written to device memory (its write goes uncounted) and the
-  sum's own work is counted instead. Copying the full result times exactly the program that
-  produces the full output, plus one copy.
+- CUDA (and every accelerator but TorchTPU): `torch.accelerator.synchronize()` blocks until
+  all queued work is done. That is enough, and it copies nothing, so the timing is the work.
+- TorchTPU 0.2.0: `synchronize()` waits only for pending device-to-host copies, not for
+  queued computation, so it alone proves nothing; its guide says to materialise a result. A
+  fusing compiler (TorchTPU's `DEFER_AND_FUSE` eager mode, XLA under `torch.compile`)
+  computes only what is read, so copying one element could let it compute one element, and
+  copying the whole result would time the host link as well (a 1 MiB output takes longer to
+  copy than a 512-square matmul takes to compute). So `wait_for` reads one number on the host
+  that depends on every element of every tensor: the sum of their sums. Computing it needs
+  every element; it costs one pass over the result on the device and one 4-byte copy.
+- A CPU runs each operation to completion before the call returns: `wait_for` does nothing.
 
-Where a CPU rehearsal differs from a device run:
-
-- On a CPU each operation finishes before the call returns, so `wait_for` does nothing (it
-  copies nothing and synchronizes nothing) and the time is the work alone.
-- On an accelerator the host copy is inside the measured time: the output's bytes over the
-  link between device and host, which the CPU rehearsal never pays. Time enough work that the
-  copy is small beside it, for example a whole training step that returns its loss rather than
-  one small kernel that returns a large tensor; otherwise the device timing over-counts by the
-  copy.
+Where a rehearsal on the CPU differs from a device run: the CPU pays neither the
+synchronize nor the sum. On a TPU the sum's pass over the output is inside the measured time
+(small beside the work that made the output, unless that work is a copy itself), and under a
+fusing mode the compiler may fuse the sum into the producer so that the output is never
+written to device memory.
 """
 
 from __future__ import annotations
@@ -70,16 +65,27 @@ def _tensors_in(result: object) -> list[torch.Tensor]:
 def wait_for(result: object) -> None:
     """Return once the device has made every tensor in `result` (CPU: no-op).
 
-    On an accelerator it copies each tensor to the host in full, then calls
-    `torch.accelerator.synchronize()`: the module docstring says why both,
-    and why the whole tensor. (Chapter 1 prints this function: keep it within
-    79 columns.)
+    On TorchTPU it reads on the host one number computed from every element
+    (the sum of the tensors' sums), since its synchronize() waits only for
+    copies; then it calls torch.accelerator.synchronize(), which is all that
+    CUDA needs. (Chapter 1 prints this function: keep it within 79 columns.)
     """
-    if not torch.accelerator.is_available():
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
+    if accelerator is None:
         return  # a CPU ran every operation before the call returned
-    for tensor in _tensors_in(result):
-        tensor.detach().cpu()
+    if accelerator.type == "tpu":
+        sums = [_sum_of_every_element(t) for t in _tensors_in(result)]
+        if sums:
+            torch.stack(sums).sum().item()  # one number read on the host
     torch.accelerator.synchronize()
+
+
+def _sum_of_every_element(tensor: torch.Tensor) -> torch.Tensor:
+    """One float32 number that needs every element of `tensor` (bool, int, complex too)."""
+    values = tensor.detach()
+    if values.is_complex():
+        values = values.abs()
+    return values.sum(dtype=torch.float32)
 
 
 def _count(name: str, value: object, minimum: int) -> int:
