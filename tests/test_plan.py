@@ -21,7 +21,7 @@ from tpuready.plan import (
     BYTES_PER_PARAM_STATE,
     ModelConfig,
     PlanError,
-    _gather_bytes,
+    _gather_stages,
     make_plan,
     shard_len,
 )
@@ -134,9 +134,21 @@ def test_data_axis_all_reduces_fp32_gradients():
     assert plan.ici_bytes["fsdp"] == 0
 
 
-def test_nested_all_gather_bytes_by_hand():
-    # Innermost axis first: expert moves 1 copy of 10, then fsdp moves 3 copies of 20.
-    assert _gather_bytes(10, [("fsdp", 4), ("expert", 2)]) == {"expert": 10, "fsdp": 60}
+def test_nested_all_gather_stages_by_hand():
+    # The last axis first: expert gathers 10 into 20, then fsdp gathers 20 into 80.
+    assert _gather_stages(10, [("fsdp", 4), ("expert", 2)]) == [("expert", 20), ("fsdp", 80)]
+
+
+
+def test_data_axis_seconds_price_the_all_reduce_on_its_ring():
+    # 16 chips of v7 as 1x4x4: data takes the last side of 4, a ring (whole cube side), so the
+    # all-reduce of the fp32 gradients takes 2 (n-1)/n V / (2 links * W / 2).
+    plan = make_plan(TINY, {"data": 4, "fsdp": 4}, "v7", num_chips=16, global_batch=16,
+                     seq_len=4, slice_shape=(1, 4, 4))  # fmt: skip
+    link = get_chip("v7").ici_link_bytes_per_second
+    assert plan.layouts["data"].describe() == "4 (ring)"
+    expected = 2 * (3 / 4) * plan.params_per_chip * 4 / link
+    assert plan.ici_seconds["data"] == pytest.approx(expected)
 
 
 def test_recomputation_saves_activations_and_costs_compute():
@@ -192,7 +204,7 @@ def test_unknown_hardware_fails_naming_it():
 
 
 def test_chip_without_interconnect_figure_fails_clearly():
-    with pytest.raises(PlanError, match="TPU v4 has no per-chip interconnect"):
+    with pytest.raises(PlanError, match="TPU v4 has no per-chip ICI figure"):
         make_plan(TINY, {"fsdp": 1}, "v4", num_chips=1, global_batch=1, seq_len=4)
 
 

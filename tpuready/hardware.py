@@ -55,6 +55,8 @@ RETRIEVED = "2026-12"
 BYTES_PER_GB = 10**9
 BYTES_PER_GIB = 2**30
 CapacityUnit = Literal["GB", "GiB"]
+TorusTopology = Literal["2D torus", "3D torus"]
+TORUS_DIMENSIONS: dict[str, int] = {"2D torus": 2, "3D torus": 3}
 
 # The fields that hold vendor figures; each non-None one needs a source URL in `Chip.sources`.
 FIGURE_FIELDS: tuple[str, ...] = (
@@ -66,6 +68,10 @@ FIGURE_FIELDS: tuple[str, ...] = (
     "chips_per_pod",
     "tensor_cores_per_chip",
     "devices_per_chip",
+    "ici_topology",
+    "ici_ports_per_chip",
+    "ici_wraparound_multiple",
+    "dcn_bytes_per_second",
 )
 
 # Short names for the figures, used in the sources list and the notes.
@@ -78,6 +84,10 @@ FIELD_LABELS: dict[str, str] = {
     "chips_per_pod": "chips per pod",
     "tensor_cores_per_chip": "TensorCores per chip",
     "devices_per_chip": "devices per chip",
+    "ici_topology": "ICI topology",
+    "ici_ports_per_chip": "ICI ports",
+    "ici_wraparound_multiple": "torus wraparound",
+    "dcn_bytes_per_second": "DCN",
     "general": "general",
 }
 
@@ -111,6 +121,10 @@ class Chip:
     devices_per_chip: int
     sources: Mapping[str, str] = field(hash=False, compare=False)
     notes: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
+    ici_topology: TorusTopology | None = None
+    ici_ports_per_chip: int | None = None
+    ici_wraparound_multiple: int | None = None
+    dcn_bytes_per_second: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", types.MappingProxyType(dict(self.sources)))
@@ -139,6 +153,8 @@ class Chip:
         for figure in FIGURE_FIELDS:
             value = getattr(self, figure)
             numbers = value if isinstance(value, tuple) else (value,)
+            if isinstance(value, str):
+                continue
             if value is not None and not all(number > 0 for number in numbers):
                 raise ValueError(f"{self.name}: {figure} must be positive, got {value!r}")
         if not isinstance(self.hbm_bytes, int):
@@ -156,6 +172,23 @@ class Chip:
             raise ValueError(
                 f"{self.name}: give interconnect_is_bidirectional exactly when "
                 "interconnect_bytes_per_second is given"
+            )
+        if self.ici_topology is not None and self.ici_topology not in TORUS_DIMENSIONS:
+            raise ValueError(
+                f"{self.name}: ici_topology must be one of {list(TORUS_DIMENSIONS)}, "
+                f"got {self.ici_topology!r}"
+            )
+        torus_fields = (self.ici_topology, self.ici_ports_per_chip, self.ici_wraparound_multiple)
+        if len({value is None for value in torus_fields}) != 1:
+            raise ValueError(
+                f"{self.name}: give ici_topology, ici_ports_per_chip and "
+                "ici_wraparound_multiple together, or none of them"
+            )
+        if self.ici_topology is not None and self.ici_ports_per_chip != 2 * self.torus_dimensions:
+            raise ValueError(
+                f"{self.name}: a {self.ici_topology} has 2 links per dimension, so "
+                f"ici_ports_per_chip must be {2 * self.torus_dimensions}, "
+                f"got {self.ici_ports_per_chip}"
             )
         if self.devices_per_chip < 1 or self.hbm_bytes % self.devices_per_chip:
             raise ValueError(
@@ -181,6 +214,27 @@ class Chip:
         if self.interconnect_is_bidirectional:
             return self.interconnect_bytes_per_second / 2
         return self.interconnect_bytes_per_second
+
+    @property
+    def torus_dimensions(self) -> int | None:
+        """2 for a 2D torus (v5e, v6e), 3 for a 3D torus (v4, v5p, v7), None off a torus."""
+        return None if self.ici_topology is None else TORUS_DIMENSIONS[self.ici_topology]
+
+    @property
+    def ici_link_bytes_per_second(self) -> float | None:
+        """Derived, not a vendor figure: one ICI link's bandwidth, both directions summed, as
+        the chip's bidirectional ICI figure over its ports. None where either is not stated."""
+        if self.interconnect_bytes_per_second is None or self.ici_ports_per_chip is None:
+            return None
+        return self.interconnect_bytes_per_second / self.ici_ports_per_chip
+
+    def torus_dimension_wraps(self, size: int) -> bool:
+        """Whether a torus dimension of `size` chips in a slice has its wraparound link (a
+        model rule from the Scaling Book: whole 4x4x4 cubes on v4, v5p and v7, a full side of
+        16 on v5e and v6e)."""
+        if self.ici_wraparound_multiple is None:
+            raise ValueError(f"{self.name} is not on a torus; it has no wraparound links")
+        return size % self.ici_wraparound_multiple == 0
 
     @property
     def per_device_peak_bf16_flops_per_second(self) -> float:
@@ -214,6 +268,7 @@ _MAXTEXT_IRONWOOD = (
     "https://maxtext.readthedocs.io/en/latest/guides/optimization/"
     "optimizing_frontier_model_training_on_tpu_v7x.html"
 )
+_SCALING_BOOK_TPUS = "https://jax-ml.github.io/scaling-book/tpus/"
 _NVIDIA_H100 = "https://www.nvidia.com/en-us/data-center/h100/"
 _NVIDIA_H200 = "https://www.nvidia.com/en-us/data-center/h200/"
 _NVIDIA_DGX_B200 = "https://www.nvidia.com/en-us/data-center/dgx-b200/"
@@ -223,6 +278,32 @@ _TPU_MXU_128_NOTE = (
     "The TPU architecture page: 'An MXU is composed of 128 x 128 multiply-accumulators in a "
     "systolic array'; Google's MaxText tuning guide also names v4, v5e and v5p as 128x128."
 )
+_WRAPAROUND_CUBE_NOTE = (
+    "Not a vendor figure: the Scaling Book's rule ('How to Think About TPUs'). Optical "
+    "switches join whole 4x4x4 cubes, so a dimension of a multiple of 4 chips wraps around; "
+    "smaller slices (2x2x1, 2x2x2, 2x4x4) have no wraparound links."
+)
+_WRAPAROUND_SIDE_NOTE = (
+    "Not a vendor figure: the Scaling Book's rule ('How to Think About TPUs'). A dimension "
+    "wraps around only at the pod's full side of 16 chips; smaller slices are 2D meshes "
+    "along their shorter sides."
+)
+_PORTS_3D_NOTE = (
+    "Derived from the topology the page states: a 3D torus links each chip to 2 neighbours "
+    "per dimension, 6 ports. The page states no port count. One link, both directions, is "
+    "then the per-chip figure over 6 (the Scaling Book quotes its own per-link figures, "
+    "about 10 % lower)."
+)
+_PORTS_2D_NOTE = (
+    "'ICI ports per chip 4' in the v6e page's table (v5e and v6e columns). One link, both "
+    "directions, is then the per-chip figure over 4 (the Scaling Book quotes 90 GB/s on v5e "
+    "and 180 GB/s on v6e, about 10 % lower)."
+)
+_NVIDIA_TORUS_NOTE = (
+    "None: NVLink joins the GPUs of a board through switches, not as a torus of links; "
+    "`tpuready.ici` models TPU slices only."
+)
+_NVIDIA_DCN_NOTE = "None: the network between boards depends on the cluster, not the GPU."
 _NVIDIA_MATRIX_UNIT_NOTE = (
     "None: NVIDIA's product pages state no single matrix-unit tile; tensor-core instruction "
     "shapes vary by instruction and precision."
@@ -262,7 +343,13 @@ CHIPS: tuple[Chip, ...] = (
         chips_per_pod=4096,
         tensor_cores_per_chip=2,
         devices_per_chip=1,
+        ici_topology="3D torus",
+        ici_ports_per_chip=6,
+        ici_wraparound_multiple=4,
         sources={
+            "ici_topology": _TPU_V4,
+            "ici_ports_per_chip": _TPU_V4,
+            "ici_wraparound_multiple": _SCALING_BOOK_TPUS,
             "peak_bf16_flops_per_second": _TPU_V4,
             "hbm_bytes": _TPU_V4,
             "hbm_bytes_per_second": _TPU_V4,
@@ -272,6 +359,11 @@ CHIPS: tuple[Chip, ...] = (
             "devices_per_chip": _JAX_CHIP_VERSIONS,
         },
         notes={
+            "ici_ports_per_chip": _PORTS_3D_NOTE,
+            "ici_wraparound_multiple": _WRAPAROUND_CUBE_NOTE,
+            "dcn_bytes_per_second": (
+                "None: the Cloud TPU v4 page states no data-centre network figure per chip."
+            ),
             "peak_bf16_flops_per_second": "The page states '275 teraflops (bf16 or int8)'.",
             "matrix_unit_shape": _TPU_MXU_128_NOTE,
             "interconnect_bytes_per_second": (
@@ -300,7 +392,15 @@ CHIPS: tuple[Chip, ...] = (
         chips_per_pod=256,
         tensor_cores_per_chip=1,
         devices_per_chip=1,
+        ici_topology="2D torus",
+        ici_ports_per_chip=4,
+        ici_wraparound_multiple=16,
+        dcn_bytes_per_second=25e9 / 8,
         sources={
+            "ici_topology": _TPU_V5E,
+            "ici_ports_per_chip": _TPU_V6E,
+            "ici_wraparound_multiple": _SCALING_BOOK_TPUS,
+            "dcn_bytes_per_second": _TPU_V6E,
             "peak_bf16_flops_per_second": _TPU_V5E,
             "hbm_bytes": _TPU_V5E,
             "hbm_bytes_per_second": _TPU_V5E,
@@ -311,6 +411,12 @@ CHIPS: tuple[Chip, ...] = (
             "devices_per_chip": _TPU_V5E,
         },
         notes={
+            "ici_ports_per_chip": _PORTS_2D_NOTE,
+            "ici_wraparound_multiple": _WRAPAROUND_SIDE_NOTE,
+            "dcn_bytes_per_second": (
+                "Derived: the v6e page's table gives v5e a 'Per-host NIC configuration 2 x 100 "
+                "Gbps NIC' and 8 chips per host, 25 Gbps (3.125 GB/s) per chip."
+            ),
             "matrix_unit_shape": _TPU_MXU_128_NOTE,
             "hbm_bytes": (
                 "The v5e page states '16 GB'; TorchTPU 0.2.0's hardware table holds 16 GiB. "
@@ -342,7 +448,15 @@ CHIPS: tuple[Chip, ...] = (
         chips_per_pod=8960,
         tensor_cores_per_chip=2,
         devices_per_chip=1,
+        ici_topology="3D torus",
+        ici_ports_per_chip=6,
+        ici_wraparound_multiple=4,
+        dcn_bytes_per_second=50e9 / 8,
         sources={
+            "ici_topology": _TPU_V5P,
+            "ici_ports_per_chip": _TPU_V5P,
+            "ici_wraparound_multiple": _SCALING_BOOK_TPUS,
+            "dcn_bytes_per_second": _TPU_V5P,
             "peak_bf16_flops_per_second": _TPU_V5P,
             "hbm_bytes": _TPU_V5P,
             "hbm_bytes_per_second": _TPU_V5P,
@@ -353,6 +467,11 @@ CHIPS: tuple[Chip, ...] = (
             "devices_per_chip": _JAX_CHIP_VERSIONS,
         },
         notes={
+            "ici_ports_per_chip": _PORTS_3D_NOTE,
+            "ici_wraparound_multiple": _WRAPAROUND_CUBE_NOTE,
+            "dcn_bytes_per_second": (
+                "'Data center network (DCN) bandwidth per chip (Gbps) 50': 6.25 GB/s."
+            ),
             "hbm_bytes": (
                 "'HBM capacity per chip (GiB) 95' on the v5p and TPU7x pages; older versions "
                 "of the v5p page printed '95 GB'."
@@ -380,7 +499,15 @@ CHIPS: tuple[Chip, ...] = (
         chips_per_pod=256,
         tensor_cores_per_chip=1,
         devices_per_chip=1,
+        ici_topology="2D torus",
+        ici_ports_per_chip=4,
+        ici_wraparound_multiple=16,
+        dcn_bytes_per_second=100e9 / 8,
         sources={
+            "ici_topology": _TPU_V6E,
+            "ici_ports_per_chip": _TPU_V6E,
+            "ici_wraparound_multiple": _SCALING_BOOK_TPUS,
+            "dcn_bytes_per_second": _TPU_V6E,
             "peak_bf16_flops_per_second": _TPU_V6E,
             "hbm_bytes": _TPU_7X,
             "hbm_bytes_per_second": _TPU_V6E,
@@ -391,6 +518,12 @@ CHIPS: tuple[Chip, ...] = (
             "devices_per_chip": _TPU_V6E,
         },
         notes={
+            "ici_ports_per_chip": _PORTS_2D_NOTE,
+            "ici_wraparound_multiple": _WRAPAROUND_SIDE_NOTE,
+            "dcn_bytes_per_second": (
+                "Derived: 'Per-host NIC configuration 4 x 200 Gbps NIC' and 8 chips per host, "
+                "100 Gbps (12.5 GB/s) per chip."
+            ),
             "hbm_bytes": (
                 "The TPU7x page's comparison table states 32 GiB; the v6e page itself states "
                 "'32 GB'. This table uses the explicit GiB column."
@@ -422,7 +555,13 @@ CHIPS: tuple[Chip, ...] = (
         chips_per_pod=9216,
         tensor_cores_per_chip=2,
         devices_per_chip=2,
+        ici_topology="3D torus",
+        ici_ports_per_chip=6,
+        ici_wraparound_multiple=4,
         sources={
+            "ici_topology": _TPU_7X,
+            "ici_ports_per_chip": _TPU_7X,
+            "ici_wraparound_multiple": _SCALING_BOOK_TPUS,
             "peak_bf16_flops_per_second": _TPU_7X,
             "hbm_bytes": _TPU_7X,
             "hbm_bytes_per_second": _TPU_7X,
@@ -433,6 +572,16 @@ CHIPS: tuple[Chip, ...] = (
             "devices_per_chip": _TPU_7X,
         },
         notes={
+            "ici_topology": (
+                "The TPU7x page compares TPU7x with v5p, whose page states a '3D torus'; Google's "
+                "Ironwood announcements describe 4x4x4 cubes joined by optical switches."
+            ),
+            "ici_ports_per_chip": _PORTS_3D_NOTE,
+            "ici_wraparound_multiple": _WRAPAROUND_CUBE_NOTE,
+            "dcn_bytes_per_second": (
+                "None: the TPU7x page the table cites states no data-centre network figure "
+                "per chip."
+            ),
             "peak_bf16_flops_per_second": "FP8 peak on the same page: 4614 TFLOP/s per chip.",
             "hbm_bytes": "Google's MaxText Ironwood guide writes '192 GB' for the same memory.",
             "matrix_unit_shape": (
@@ -469,6 +618,10 @@ CHIPS: tuple[Chip, ...] = (
             "devices_per_chip": _NVIDIA_H100,
         },
         notes={
+            "ici_topology": _NVIDIA_TORUS_NOTE,
+            "ici_ports_per_chip": _NVIDIA_TORUS_NOTE,
+            "ici_wraparound_multiple": _NVIDIA_TORUS_NOTE,
+            "dcn_bytes_per_second": _NVIDIA_DCN_NOTE,
             "general": _NVIDIA_SOURCING_NOTE,
             "peak_bf16_flops_per_second": (
                 "Derived: the page lists 'BFLOAT16 Tensor Core 1,979 teraFLOPS' with the "
@@ -507,6 +660,10 @@ CHIPS: tuple[Chip, ...] = (
             "devices_per_chip": _NVIDIA_H200,
         },
         notes={
+            "ici_topology": _NVIDIA_TORUS_NOTE,
+            "ici_ports_per_chip": _NVIDIA_TORUS_NOTE,
+            "ici_wraparound_multiple": _NVIDIA_TORUS_NOTE,
+            "dcn_bytes_per_second": _NVIDIA_DCN_NOTE,
             "general": _NVIDIA_SOURCING_NOTE,
             "peak_bf16_flops_per_second": (
                 "Derived: the page lists BF16 Tensor Core 1,979 TFLOPS 'with sparsity' (the "
@@ -544,6 +701,10 @@ CHIPS: tuple[Chip, ...] = (
             "devices_per_chip": _NVIDIA_DGX_B200,
         },
         notes={
+            "ici_topology": _NVIDIA_TORUS_NOTE,
+            "ici_ports_per_chip": _NVIDIA_TORUS_NOTE,
+            "ici_wraparound_multiple": _NVIDIA_TORUS_NOTE,
+            "dcn_bytes_per_second": _NVIDIA_DCN_NOTE,
             "general": (
                 "Per-GPU figures are NVIDIA's 8-GPU system figures divided by 8. Vendor pages "
                 "differ between configurations: the B200 GPUs inside a GB200 NVL72 rack have "

@@ -27,23 +27,35 @@ and activated product (k (h + 3 I / tensor)), plus fp32 router probabilities (E)
 recomputation only each layer's input (h) plus one layer's full set. The fp32 logits of the
 chip's tokens (vocabulary split over `tensor`) are added in both cases.
 
-Bytes moved are what one chip sends per step, ring algorithms: FSDP all-gathers (bf16, forward
-and backward) and a reduce-scatter (fp32) on the sharding axes, an fp32 all-reduce on `data`,
-two all-reduces per layer forward and two backward on `tensor`, and two all-to-alls per layer
-forward and two backward on `expert` (balanced routing). Recomputation repeats the forward
-collectives on `tensor` and `expert`. The roofline step time is the largest of compute at peak
-bf16, HBM traffic at full bandwidth and ICI traffic over the chip's one-way ICI bandwidth: it
-assumes perfect overlap, so it is a lower bound on the step time.
+The collectives of a step: FSDP all-gathers (bf16, forward and backward) and a reduce-scatter
+(fp32) on the sharding axes, an fp32 all-reduce on `data`, two all-reduces per layer forward and
+two backward on `tensor`, and two all-to-alls per layer forward and two backward on `expert`
+(balanced routing). Recomputation repeats the forward collectives on `tensor` and `expert`.
+`ici_bytes` is what one chip receives per axis (ring algorithms, `tpuready.ici.bytes_received`);
+`ici_seconds` prices each collective on the axis's place in the slice (`tpuready.ici`: the mesh
+laid on a torus of `slice_shape`, last axis on the last dimension, per-link bandwidth, an
+all-to-all priced by its busiest link, the first axis over the data-centre network when
+`slices` > 1). Axes are charged one after another (their collectives run at different points of
+the step). The roofline step time is the largest of compute at peak bf16, HBM traffic at full
+bandwidth and the ICI time: it assumes perfect overlap of the three, so it is a lower bound.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tpuready.hardware import Chip, get_chip
+from tpuready.ici import (
+    AxisLayout,
+    IciModelError,
+    bytes_received,
+    collective_seconds,
+    default_slice_shape,
+    layout_mesh,
+)
 
 __all__ = [
     "AXES",
@@ -250,6 +262,10 @@ class Plan:
     activation_bytes_full: int
     activation_bytes_recompute: int
     ici_bytes: Mapping[str, float]
+    ici_seconds: Mapping[str, float]
+    layouts: Mapping[str, AxisLayout]
+    slice_shape: tuple[int, ...]
+    slices: int
     hbm_traffic_bytes: float
     flops_per_chip: float
     model_flops_per_step: float
@@ -350,15 +366,15 @@ def _activation_bytes(model: ModelConfig, mesh: Mapping[str, int], tokens: int) 
     return full, recompute
 
 
-def _gather_bytes(shard: int, axes: list[tuple[str, int]]) -> dict[str, float]:
-    """Bytes one chip sends to all-gather `shard` elements over nested `axes`, innermost first:
-    each axis moves (n - 1) copies of what has been gathered so far."""
-    sent: dict[str, float] = {}
+def _gather_stages(shard: int, axes: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """(axis, elements gathered there) for gathering `shard` elements over nested `axes`, the
+    last axis first: each stage gathers what the previous ones have, times its size."""
+    stages = []
     gathered = shard
     for name, size in reversed(axes):
-        sent[name] = sent.get(name, 0.0) + (size - 1) * gathered
         gathered *= size
-    return sent
+        stages.append((name, gathered))
+    return stages
 
 
 def make_plan(
@@ -370,11 +386,23 @@ def make_plan(
     global_batch: int,
     seq_len: int,
     recompute: bool = True,
+    slice_shape: Sequence[int] | None = None,
+    slices: int = 1,
 ) -> Plan:
-    """Per-chip memory, ICI bytes per mesh axis and a roofline step time for one training step
-    of `global_batch` sequences of `seq_len` tokens (layout and models: the module docstring)."""
+    """Per-chip memory, ICI bytes and seconds per mesh axis and a roofline step time for one
+    training step of `global_batch` sequences of `seq_len` tokens, on `slices` slices of
+    `slice_shape` chips (default: `tpuready.ici.default_slice_shape`; models: the module
+    docstring)."""
     chip = get_chip(chip) if isinstance(chip, str) else chip
     full_mesh = _check_mesh(mesh, num_chips)
+    try:
+        if slice_shape is None:
+            if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
+                raise IciModelError(f"slices must be a positive int, got {slices!r}")
+            slice_shape = default_slice_shape(chip, num_chips // slices)
+        layouts = layout_mesh(chip, full_mesh, slice_shape, slices=slices)
+    except IciModelError as error:
+        raise PlanError(str(error)) from error
     data, fsdp, expert, tensor = (full_mesh[name] for name in AXES)
     for what, count in (
         ("num_heads", model.num_heads),
@@ -408,20 +436,27 @@ def make_plan(
     state["gathered_layers_bf16"] = 2 * gathered_layer * BF16
     full, recomputed = _activation_bytes(model, full_mesh, tokens)
 
-    # ICI: FSDP gathers of the dense and the expert weights, then data, tensor, expert.
-    dense, experts = groups["dense"], groups["experts"]
-    bytes_per_gathered = 2 * BF16 + FP32  # all-gather forward and backward, reduce-scatter
     ici: dict[str, float] = dict.fromkeys(AXES, 0.0)
+    ici_seconds: dict[str, float] = dict.fromkeys(AXES, 0.0)
+
+    def charge(axis: str, kind: str, total_bytes: float, count: int = 1) -> None:
+        ici[axis] += count * bytes_received(kind, total_bytes, full_mesh[axis])
+        ici_seconds[axis] += count * collective_seconds(kind, total_bytes, layouts[axis])
+
+    # FSDP: the dense and the expert weights gathered in bf16 forward and backward, their
+    # gradients reduce-scattered in fp32; then data, tensor and expert.
+    dense, experts = groups["dense"], groups["experts"]
     for shard, axes in ((dense, [("fsdp", fsdp), ("expert", expert)]), (experts, [("fsdp", fsdp)])):
-        for name, count in _gather_bytes(shard, axes).items():
-            ici[name] += count * bytes_per_gathered
-    ici["data"] += 2 * (data - 1) / data * params * FP32
+        for name, elements in _gather_stages(shard, axes):
+            charge(name, "all-gather", elements * BF16, count=2)
+            charge(name, "reduce-scatter", elements * FP32)
+    charge("data", "all-reduce", params * FP32)
     forward_passes = 2 if recompute else 1
     collectives = 2 * forward_passes + 2  # per layer: forward (again if recomputed) + backward
     activation = tokens * model.hidden_size * BF16
-    ici["tensor"] += model.num_layers * collectives * 2 * (tensor - 1) / tensor * activation
-    dispatched = activation * model.experts_per_token
-    ici["expert"] += model.num_layers * collectives * (expert - 1) / expert * dispatched
+    charge("tensor", "all-reduce", activation, count=model.num_layers * collectives)
+    dispatched = activation * model.experts_per_token  # what one chip sends to the experts
+    charge("expert", "all-to-all", dispatched * expert, count=model.num_layers * collectives)
 
     # HBM: weights read each pass and gradients written, the optimizer's read and write of the
     # shard, saved activations written once and read once. Operand re-reads are ignored.
@@ -433,13 +468,10 @@ def make_plan(
     )
     model_flops = global_batch * seq_len * model.flops_per_token(seq_len)
     flops_per_chip = model_flops / num_chips * (4 / 3 if recompute else 1)
-    one_way = chip.interconnect_one_way_bytes_per_second
-    if one_way is None:
-        raise PlanError(f"{chip.name} has no per-chip interconnect figure to plan ICI time with")
     times = {
         "compute": flops_per_chip / chip.peak_bf16_flops_per_second,
         "hbm": hbm / chip.hbm_bytes_per_second,
-        "ici": sum(ici.values()) / one_way,
+        "ici": sum(ici_seconds.values()),
     }
     return Plan(
         model=model,
@@ -455,6 +487,10 @@ def make_plan(
         activation_bytes_full=full,
         activation_bytes_recompute=recomputed,
         ici_bytes=ici,
+        ici_seconds=ici_seconds,
+        layouts=layouts,
+        slice_shape=tuple(slice_shape),
+        slices=slices,
         hbm_traffic_bytes=hbm,
         flops_per_chip=flops_per_chip,
         model_flops_per_step=model_flops,

@@ -1,0 +1,179 @@
+"""The collective time model: worked examples by hand, properties, layouts and bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tpuready.hardware import get_chip
+from tpuready.ici import (
+    COLLECTIVES,
+    AxisLayout,
+    IciModelError,
+    TorusPiece,
+    bytes_received,
+    collective_seconds,
+    default_slice_shape,
+    layout_mesh,
+)
+
+GIB = 2**30
+W = 1e11  # a round per-link bandwidth for the hand calculations
+
+
+def ring(*sizes: int, wraps: bool = True, link: float = W) -> AxisLayout:
+    return AxisLayout(tuple(TorusPiece(size, wraps) for size in sizes), link)
+
+
+def test_all_gather_on_one_ring_is_about_v_over_w_whatever_n():
+    for n in (4, 16, 64):
+        assert collective_seconds("all-gather", GIB, ring(n)) == pytest.approx(
+            (n - 1) / n * GIB / W
+        )
+
+
+def test_a_line_takes_twice_a_ring():
+    for kind in COLLECTIVES:
+        line = collective_seconds(kind, GIB, ring(16, wraps=False))
+        assert line == pytest.approx(2 * collective_seconds(kind, GIB, ring(16)))
+
+
+def test_all_to_all_on_a_ring_is_a_quarter_of_v_over_w():
+    assert collective_seconds("all-to-all", GIB, ring(16)) == pytest.approx(GIB / (4 * W))
+
+
+def test_all_reduce_is_a_reduce_scatter_and_an_all_gather():
+    layout = ring(4, 8)
+    assert collective_seconds("all-reduce", GIB, layout) == pytest.approx(
+        collective_seconds("reduce-scatter", GIB, layout)
+        + collective_seconds("all-gather", GIB, layout)
+    )
+
+
+def test_two_rings_give_an_all_gather_twice_the_links():
+    # 4 links into each chip instead of 2: half the time for the same (n - 1) / n V.
+    assert collective_seconds("all-gather", GIB, ring(16, 16)) == pytest.approx(
+        255 / 256 * GIB / (2 * W)
+    )
+
+
+def test_chapter_5_example_one_gib_over_a_2x2_v5e_slice():
+    # v5e: 400 GB/s per chip over 4 ports, 100 GB/s a link; a 2x2 slice has no wraparound,
+    # so each chip receives 3/4 GiB through one link per dimension, 2 * 50 GB/s inwards.
+    (layout,) = layout_mesh("v5e", {"x": 4}, (2, 2)).values()
+    assert layout.describe() == "2 (line) x 2 (line)"
+    assert collective_seconds("all-gather", GIB, layout) == pytest.approx(0.75 * GIB / 1e11)
+
+
+def test_bytes_received_is_chapter_5s_table():
+    assert bytes_received("all-gather", 512, 4) == 384
+    assert bytes_received("reduce-scatter", 512, 4) == 384
+    assert bytes_received("all-reduce", 512, 4) == 768
+    assert bytes_received("all-to-all", 512, 4) == 96
+
+
+pieces = st.lists(st.builds(TorusPiece, st.integers(1, 32), st.booleans()), min_size=1, max_size=3)
+bandwidths = st.floats(1e9, 1e12)
+sizes = st.floats(1.0, 1e12)
+
+
+@given(pieces, bandwidths, sizes, st.sampled_from(COLLECTIVES), st.floats(1.01, 10))
+def test_time_grows_when_bandwidth_falls(parts, link, total, kind, factor):
+    fast = AxisLayout(tuple(parts), link)
+    slow = dataclasses.replace(fast, link_bytes_per_second=link / factor)
+    assert collective_seconds(kind, total, slow) >= collective_seconds(kind, total, fast)
+    if fast.ici_size > 1:
+        assert collective_seconds(kind, total, slow) > collective_seconds(kind, total, fast)
+
+
+@given(pieces, bandwidths, sizes)
+def test_all_to_all_never_costs_more_than_an_all_gather_of_the_same_bytes(parts, link, total):
+    layout = AxisLayout(tuple(parts), link)
+    all_to_all = collective_seconds("all-to-all", total, layout)
+    assert all_to_all <= collective_seconds("all-gather", total, layout) * (1 + 1e-12)
+
+
+@given(pieces, bandwidths, sizes, st.sampled_from(COLLECTIVES))
+def test_wraparound_never_slows_a_collective(parts, link, total, kind):
+    line = AxisLayout(tuple(TorusPiece(p.size, False) for p in parts), link)
+    torus = AxisLayout(tuple(TorusPiece(p.size, True) for p in parts), link)
+    assert collective_seconds(kind, total, torus) <= collective_seconds(kind, total, line)
+
+
+@given(st.integers(1, 64), st.sampled_from(COLLECTIVES))
+def test_time_is_linear_in_the_bytes(n, kind):
+    layout = ring(n)
+    assert collective_seconds(kind, 2 * GIB, layout) == pytest.approx(
+        2 * collective_seconds(kind, GIB, layout)
+    )
+
+
+def test_a_mesh_lays_its_last_axis_on_the_last_dimension():
+    layouts = layout_mesh("v7", {"fsdp": 64, "expert": 128}, (16, 16, 32))
+    assert layouts["expert"].describe() == "4 (line) x 32 (ring)"
+    assert layouts["fsdp"].describe() == "16 (ring) x 4 (ring)"
+    assert {name: layout.size for name, layout in layouts.items()} == {"fsdp": 64, "expert": 128}
+
+
+def test_size_one_axes_take_no_links():
+    layouts = layout_mesh("v7", {"data": 1, "fsdp": 64}, (4, 4, 4))
+    assert layouts["data"].pieces == () and layouts["data"].size == 1
+    assert collective_seconds("all-reduce", GIB, layouts["data"]) == 0
+
+
+def test_multi_slice_puts_the_first_axis_over_dcn():
+    v5p = get_chip("v5p")
+    layouts = layout_mesh(v5p, {"data": 2, "fsdp": 64}, (4, 4, 4), slices=2)
+    assert layouts["data"].slices == 2 and layouts["data"].pieces == ()
+    # Each chip's half of the gradient crosses once: (2 - 1) / 2 * V over the chip's DCN share.
+    expected = 2 * 0.5 * GIB / v5p.dcn_bytes_per_second
+    assert collective_seconds("all-reduce", GIB, layouts["data"]) == pytest.approx(expected)
+    fsdp = collective_seconds("all-gather", GIB, layouts["fsdp"])
+    # 6.25 GB/s of DCN per chip against 6 links of 100 GB/s inwards: about 49 times slower.
+    assert collective_seconds("all-gather", GIB, layouts["data"]) > 40 * fsdp
+
+
+def test_dcn_without_a_figure_fails_naming_it():
+    with pytest.raises(IciModelError, match="dcn_bytes_per_second, got None"):
+        layout_mesh("v7", {"data": 2, "fsdp": 64}, (4, 4, 4), slices=2)
+
+
+@pytest.mark.parametrize(
+    ("chip", "chips", "shape"),
+    [("v7", 8192, (16, 16, 32)), ("v5e", 256, (16, 16)), ("v5p", 4, (1, 2, 2))],
+)
+def test_default_slice_shapes(chip, chips, shape):
+    assert default_slice_shape(chip, chips) == shape
+
+
+@given(st.sampled_from(["v5e", "v6e", "v5p", "v7"]), st.integers(1, 256))
+def test_default_slice_shape_holds_every_chip(chip, chips):
+    shape = default_slice_shape(chip, chips)
+    assert math.prod(shape) == chips and list(shape) == sorted(shape)
+    assert len(shape) == get_chip(chip).torus_dimensions
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: collective_seconds("broadcast", 1, ring(4)), "unknown collective 'broadcast'"),
+        (lambda: collective_seconds("all-gather", -1, ring(4)), "got -1"),
+        (lambda: collective_seconds("all-gather", "8", ring(4)), "got '8'"),
+        (lambda: bytes_received("all-gather", 8, 0), "group_size .* got 0"),
+        (lambda: layout_mesh("v7", {"x": 63}, (4, 4, 4)), "has 63 chips"),
+        (lambda: layout_mesh("v7", {"x": 2, "y": 6}, (1, 3, 4)), "'y' of size 6 does not fit"),
+        (lambda: layout_mesh("v7", {"x": True}, (1, 1, 1)), "'x' needs a positive int"),
+        (lambda: layout_mesh("v7", {"x": 16}, (4, 4)), "give 3 positive int sizes"),
+        (lambda: layout_mesh("v4", {"x": 4}, (1, 2, 2)), "TPU v4 has no per-chip ICI"),
+        (lambda: layout_mesh("h100", {"x": 8}, (8,)), "not a TPU on a torus"),
+        (lambda: default_slice_shape("v6e", 512), "exceed a TPU v6e pod"),
+        (lambda: TorusPiece(0, True), "positive int size, got 0"),
+    ],
+)
+def test_bad_input_fails_naming_the_value(call, match):
+    with pytest.raises(IciModelError, match=match):
+        call()

@@ -1,0 +1,304 @@
+"""How long a collective takes on a TPU slice: mesh axes laid on the torus, priced per link.
+
+Taught in chapter 5 (step "What changes on a TPU"), used by chapter 7's tensor-parallel model,
+chapter 9's planner and `tpuready.plan`. The model follows the Scaling Book ("How to Scale Your
+Model", parts 2 and 3): a slice is a 2D or 3D torus of chips, every link between neighbours
+carries `W` bytes per second (both directions summed, `Chip.ici_link_bytes_per_second`), and a
+mesh axis is a set of rings (a torus dimension with its wraparound link) or lines (without).
+All formulas are bandwidth terms; latency and per-hop costs are left out, so the times are lower
+bounds for large arrays.
+
+For an array of `V` bytes (the gathered array of an all-gather, the unreduced array of a
+reduce-scatter or all-reduce, the whole array of an all-to-all) over an axis of `N` chips:
+
+- all-gather and reduce-scatter: each chip receives `(N - 1) / N * V` through its links on the
+  axis, two per ring dimension and, at the ends of a line, one:
+  `T = (N - 1) / N * V / (sum of c_d * W / 2)` with `c_d` 2 on a ring and 1 on a line. On one
+  ring this is about `V / W` whatever `N` is; without the wraparound it is twice that.
+- all-reduce: a reduce-scatter and an all-gather, twice that.
+- all-to-all: each chip sends `V / N**2` to every other; the busiest link sets the time. On a
+  ring of `a` chips every link carries the same, `T = V * floor(a**2 / 4) / (a * N * W)`, about
+  `V / (4 W)` on one ring: a quarter of an all-gather of the same bytes. On a line the middle
+  link carries the traffic between the halves, twice a ring's. Dimensions run in parallel, so
+  over several the slowest sets the time.
+
+A mesh maps onto the torus with its last axis (the busiest, JAX's and TorchTPU's convention)
+on the last torus dimensions: `layout_mesh`. An axis that takes only part of a dimension gets a
+contiguous segment of it (a line); the next axis gets the rest, chips a segment apart, which
+still form a ring when the dimension wraps. Across slices (multi-slice), the outermost axis
+crosses the data-centre network: each chip sends over its share of the hosts' network cards
+(`Chip.dcn_bytes_per_second`), hierarchically after or before the ICI part of that axis.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tpuready.hardware import Chip, get_chip
+
+__all__ = [
+    "COLLECTIVES",
+    "AxisLayout",
+    "IciModelError",
+    "TorusPiece",
+    "bytes_received",
+    "collective_seconds",
+    "default_slice_shape",
+    "layout_mesh",
+]
+
+COLLECTIVES: tuple[str, ...] = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all")
+"""The collectives the model prices, named as `CommDebugMode` and chapter 5 name them."""
+
+
+class IciModelError(ValueError):
+    """Raised for a collective, slice or mesh the model cannot price; the message says why."""
+
+
+@dataclass(frozen=True)
+class TorusPiece:
+    """Part of one torus dimension that a mesh axis runs along: `size` chips in a ring
+    (`wraps`) or a line."""
+
+    size: int
+    wraps: bool
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size < 1:
+            raise IciModelError(f"a torus piece needs a positive int size, got {self.size!r}")
+
+
+@dataclass(frozen=True)
+class AxisLayout:
+    """One mesh axis on the hardware: its torus pieces, the link bandwidth, and how many slices
+    it spans over the data-centre network (1: within one slice)."""
+
+    pieces: tuple[TorusPiece, ...]
+    link_bytes_per_second: float
+    slices: int = 1
+    dcn_bytes_per_second: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.link_bytes_per_second > 0:
+            raise IciModelError(
+                f"link bandwidth must be positive, got {self.link_bytes_per_second!r}"
+            )
+        if self.slices > 1 and not (self.dcn_bytes_per_second or 0) > 0:
+            raise IciModelError(
+                f"an axis over {self.slices} slices needs a positive dcn_bytes_per_second, "
+                f"got {self.dcn_bytes_per_second!r}; the chip's table row states none"
+            )
+
+    @property
+    def ici_size(self) -> int:
+        """Chips of the axis within one slice."""
+        return math.prod(piece.size for piece in self.pieces)
+
+    @property
+    def size(self) -> int:
+        """Chips of the axis in all: the ICI part times the slices."""
+        return self.ici_size * self.slices
+
+    def describe(self) -> str:
+        """'16 (ring) x 4 (line)', with '+ 2 slices over DCN' where it crosses slices."""
+        parts = [f"{p.size} ({'ring' if p.wraps else 'line'})" for p in self.pieces if p.size > 1]
+        text = " x ".join(parts) or "1"
+        return text + (f" + {self.slices} slices over DCN" if self.slices > 1 else "")
+
+
+def _check_bytes(total_bytes: float) -> float:
+    if isinstance(total_bytes, bool) or not isinstance(total_bytes, int | float):
+        raise IciModelError(f"total_bytes must be a number of bytes, got {total_bytes!r}")
+    if not math.isfinite(total_bytes) or total_bytes < 0:
+        raise IciModelError(f"total_bytes must be finite and >= 0, got {total_bytes!r}")
+    return float(total_bytes)
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in COLLECTIVES:
+        raise IciModelError(f"unknown collective {kind!r}; use one of {list(COLLECTIVES)}")
+
+
+def _ici_gather_seconds(total_bytes: float, layout: AxisLayout) -> float:
+    """All-gather of `total_bytes` (the gathered array) within one slice."""
+    n = layout.ici_size
+    if n == 1:
+        return 0.0
+    channels = sum(2 if piece.wraps else 1 for piece in layout.pieces if piece.size > 1)
+    return (n - 1) / n * total_bytes / (channels * layout.link_bytes_per_second / 2)
+
+
+def _ici_all_to_all_seconds(total_bytes: float, layout: AxisLayout) -> float:
+    """All-to-all of `total_bytes` (the whole array) within one slice: the busiest dimension."""
+    n = layout.ici_size
+    w = layout.link_bytes_per_second
+    times = [0.0]
+    for piece in layout.pieces:
+        a = piece.size
+        if a == 1:
+            continue
+        if piece.wraps:
+            times.append(total_bytes * (a * a // 4) / (a * n * w))
+        else:  # the middle link of each line carries the traffic between its halves
+            times.append(2 * total_bytes * (a // 2) * ((a + 1) // 2) / (a * n * w))
+    return max(times)
+
+
+def collective_seconds(kind: str, total_bytes: float, layout: AxisLayout) -> float:
+    """Seconds a collective of `total_bytes` takes over one mesh axis (formulas: module
+    docstring). `total_bytes` is the whole array: gathered, unreduced, or all-to-all'd."""
+    _check_kind(kind)
+    total = _check_bytes(total_bytes)
+    if kind == "all-reduce":
+        return 2 * collective_seconds("all-gather", total, layout)
+    s = layout.slices
+    if kind == "all-to-all":
+        ici = _ici_all_to_all_seconds(total / s, layout)  # each slice's share, ICI first
+        dcn = 0.0
+        if s > 1:  # then each chip sends (s - 1) / s of its own data to other slices
+            dcn = (s - 1) / s * total / layout.size / layout.dcn_bytes_per_second
+        return ici + dcn
+    # All-gather (reduce-scatter runs the same steps in reverse): DCN between the slices on
+    # each chip's 1 / ici_size of the array, then ICI within each slice.
+    dcn = 0.0
+    if s > 1:
+        dcn = (s - 1) / s * total / layout.ici_size / layout.dcn_bytes_per_second
+    return dcn + _ici_gather_seconds(total, layout)
+
+
+def bytes_received(kind: str, total_bytes: float, group_size: int) -> float:
+    """Bytes each of `group_size` ranks receives in a collective of `total_bytes` (the ring
+    algorithms of chapter 5): the bill, independent of the topology."""
+    _check_kind(kind)
+    total = _check_bytes(total_bytes)
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise IciModelError(f"group_size must be a positive int, got {group_size!r}")
+    n = group_size
+    factor = {
+        "all-gather": (n - 1) / n,
+        "reduce-scatter": (n - 1) / n,
+        "all-reduce": 2 * (n - 1) / n,
+        "all-to-all": (n - 1) / n**2,
+    }[kind]
+    return factor * total
+
+
+def _resolve(chip: Chip | str) -> Chip:
+    chip = get_chip(chip) if isinstance(chip, str) else chip
+    if chip.ici_topology is None:
+        raise IciModelError(f"{chip.name} is not a TPU on a torus; the ICI model is for TPUs")
+    if chip.ici_link_bytes_per_second is None:
+        raise IciModelError(
+            f"{chip.name} has no per-chip ICI figure in the table, so no per-link bandwidth"
+        )
+    return chip
+
+
+def _check_shape(chip: Chip, slice_shape: Sequence[int]) -> tuple[int, ...]:
+    shape = tuple(slice_shape)
+    if len(shape) != chip.torus_dimensions or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape
+    ):
+        raise IciModelError(
+            f"a {chip.name} slice is a {chip.ici_topology}: give {chip.torus_dimensions} "
+            f"positive int sizes, got {slice_shape!r}"
+        )
+    return shape
+
+
+def layout_mesh(
+    chip: Chip | str,
+    mesh: Mapping[str, int],
+    slice_shape: Sequence[int],
+    *,
+    slices: int = 1,
+) -> dict[str, AxisLayout]:
+    """Each mesh axis's place on `slices` slices of shape `slice_shape`: the last axis on the
+    last torus dimensions, segments of a dimension where an axis is smaller than it, and the
+    first axis over the data-centre network when `slices` > 1 (it must be a multiple of it)."""
+    chip = _resolve(chip)
+    shape = _check_shape(chip, slice_shape)
+    sizes = dict(mesh)
+    for name, size in sizes.items():
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise IciModelError(f"mesh axis {name!r} needs a positive int size, got {size!r}")
+    if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
+        raise IciModelError(f"slices must be a positive int, got {slices!r}")
+    chips = math.prod(shape) * slices
+    if math.prod(sizes.values()) != chips:
+        raise IciModelError(
+            f"mesh {sizes} has {math.prod(sizes.values())} chips, but {slices} slice(s) of "
+            f"{'x'.join(map(str, shape))} have {chips}"
+        )
+    names = list(sizes)
+    if slices > 1 and (not names or sizes[names[0]] % slices):
+        raise IciModelError(
+            f"the first mesh axis crosses the {slices} slices over DCN, so its size must be a "
+            f"multiple of {slices}; got {sizes}"
+        )
+    # Torus pieces still free, last dimension last; each (size, wraps).
+    free = [TorusPiece(d, chip.torus_dimension_wraps(d)) for d in shape]
+    layouts: dict[str, AxisLayout] = {}
+    for index, name in reversed(list(enumerate(names))):
+        over_dcn = slices if index == 0 else 1
+        remaining = sizes[name] // over_dcn
+        pieces: list[TorusPiece] = []
+        while remaining > 1:
+            while free and free[-1].size == 1:
+                free.pop()
+            piece = free.pop()
+            if remaining % piece.size == 0:
+                pieces.append(piece)
+                remaining //= piece.size
+            elif piece.size % remaining == 0:
+                pieces.append(TorusPiece(remaining, piece.wraps and remaining == piece.size))
+                free.append(TorusPiece(piece.size // remaining, piece.wraps))
+                remaining = 1
+            else:
+                raise IciModelError(
+                    f"mesh axis {name!r} of size {sizes[name]} does not fit the torus "
+                    f"dimension of {piece.size} it reaches on {'x'.join(map(str, shape))}; "
+                    "choose axis sizes that divide or are multiples of the slice's sides"
+                )
+        layouts[name] = AxisLayout(
+            pieces=tuple(reversed(pieces)),
+            link_bytes_per_second=chip.ici_link_bytes_per_second,
+            slices=over_dcn,
+            dcn_bytes_per_second=chip.dcn_bytes_per_second,
+        )
+    return {name: layouts[name] for name in names}
+
+
+def default_slice_shape(chip: Chip | str, num_chips: int) -> tuple[int, ...]:
+    """The most nearly square (2D) or cubic (3D) slice of `num_chips`, with sides that wrap
+    around where the chip allows it: a modelling choice, not the shape a scheduler gives."""
+    chip = _resolve(chip)
+    if isinstance(num_chips, bool) or not isinstance(num_chips, int) or num_chips < 1:
+        raise IciModelError(f"num_chips must be a positive int, got {num_chips!r}")
+    if chip.chips_per_pod is not None and num_chips > chip.chips_per_pod:
+        raise IciModelError(
+            f"{num_chips} chips exceed a {chip.name} pod ({chip.chips_per_pod}); plan several "
+            "slices with `slices=` and a slice shape that fits a pod"
+        )
+    dims = chip.torus_dimensions
+
+    def shapes(count: int, left: int, smallest: int) -> list[tuple[int, ...]]:
+        if left == 1:
+            return [(count,)] if count >= smallest else []
+        found = []
+        for side in range(smallest, round(count ** (1 / left)) + 2):
+            if count % side == 0:
+                found += [(side, *rest) for rest in shapes(count // side, left - 1, side)]
+        return found
+
+    candidates = shapes(num_chips, dims, 1)
+    if not candidates:
+        raise IciModelError(f"no {dims}D slice shape has {num_chips} chips")
+
+    def score(shape: tuple[int, ...]) -> tuple[int, int, int]:
+        wrapping = sum(chip.torus_dimension_wraps(side) for side in shape)
+        return (max(shape), -wrapping, -min(shape))
+
+    return min(candidates, key=score)
