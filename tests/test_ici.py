@@ -119,6 +119,32 @@ def test_a_mesh_lays_its_last_axis_on_the_last_dimension():
     assert {name: layout.size for name, layout in layouts.items()} == {"fsdp": 64, "expert": 128}
 
 
+def test_axis_shapes_spread_the_busiest_axis_over_a_cube():
+    # expert on one 4x4x4 cube, fsdp on the cubes: every piece a ring, and the expert
+    # all-to-all is bound by rings of 4, not by the slice's side of 32.
+    shapes = {"fsdp": (4, 4, 8), "expert": (4, 4, 4)}
+    layouts = layout_mesh("v7", {"fsdp": 128, "expert": 64}, (16, 16, 32), axis_shapes=shapes)
+    assert layouts["expert"].describe() == "4 (line) x 4 (line) x 4 (line)"
+    assert layouts["fsdp"].describe() == "4 (ring) x 4 (ring) x 8 (ring)"
+    default = layout_mesh("v7", {"fsdp": 128, "expert": 64}, (16, 16, 32))
+    assert default["expert"].describe() == "2 (line) x 32 (ring)"
+    cube = collective_seconds("all-to-all", GIB, layouts["expert"])
+    assert cube < collective_seconds("all-to-all", GIB, default["expert"]) / 2
+
+
+@pytest.mark.parametrize(
+    ("shapes", "match"),
+    [
+        ({"fsdp": (4, 4, 8), "expert": (4, 4, 2)}, "product is the axis's 64 chips"),
+        ({"fsdp": (8, 4, 4), "expert": (4, 4, 4)}, "32 chips along dimension 0"),
+        ({"fsdp": (4, 4, 8), "expert": (4, 4, 4), "tensor": (1, 1, 1)}, "\\['tensor'\\]"),
+    ],
+)
+def test_bad_axis_shapes_fail_naming_the_axis(shapes, match):
+    with pytest.raises(IciModelError, match=match):
+        layout_mesh("v7", {"fsdp": 128, "expert": 64}, (16, 16, 32), axis_shapes=shapes)
+
+
 def test_size_one_axes_take_no_links():
     layouts = layout_mesh("v7", {"data": 1, "fsdp": 64}, (4, 4, 4))
     assert layouts["data"].pieces == () and layouts["data"].size == 1

@@ -23,9 +23,10 @@ reduce-scatter or all-reduce, the whole array of an all-to-all) over an axis of 
   over several the slowest sets the time.
 
 A mesh maps onto the torus with its last axis (the busiest, JAX's and TorchTPU's convention)
-on the last torus dimensions: `layout_mesh`. An axis that takes only part of a dimension gets a
-contiguous segment of it (a line); the next axis gets the rest, chips a segment apart, which
-still form a ring when the dimension wraps. Across slices (multi-slice), the outermost axis
+on the last torus dimensions: `layout_mesh`, or with each axis's extent along every dimension
+stated (`axis_shapes`, a topology-aware layout). An axis that takes only part of a dimension
+gets a contiguous segment of it (a line); the next axis gets the rest, chips a segment apart,
+which still form a ring when the dimension wraps. Across slices (multi-slice), the outermost axis
 crosses the data-centre network: each chip sends over its share of the hosts' network cards
 (`Chip.dcn_bytes_per_second`), hierarchically after or before the ICI part of that axis.
 """
@@ -214,10 +215,13 @@ def layout_mesh(
     slice_shape: Sequence[int],
     *,
     slices: int = 1,
+    axis_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> dict[str, AxisLayout]:
-    """Each mesh axis's place on `slices` slices of shape `slice_shape`: the last axis on the
-    last torus dimensions, segments of a dimension where an axis is smaller than it, and the
-    first axis over the data-centre network when `slices` > 1 (it must be a multiple of it)."""
+    """Each mesh axis's place on `slices` slices of shape `slice_shape`. By default the last
+    axis takes the last torus dimensions, a segment of a dimension where it is smaller than it;
+    `axis_shapes` states instead how many chips each axis spans along every dimension (a
+    topology-aware layout, such as a cube for the busiest axis). The first axis crosses the
+    data-centre network when `slices` > 1, so it must be a multiple of it."""
     chip = _resolve(chip)
     shape = _check_shape(chip, slice_shape)
     sizes = dict(mesh)
@@ -238,37 +242,86 @@ def layout_mesh(
             f"the first mesh axis crosses the {slices} slices over DCN, so its size must be a "
             f"multiple of {slices}; got {sizes}"
         )
-    # Torus pieces still free, last dimension last; each (size, wraps).
-    free = [TorusPiece(d, chip.torus_dimension_wraps(d)) for d in shape]
-    layouts: dict[str, AxisLayout] = {}
-    for index, name in reversed(list(enumerate(names))):
-        over_dcn = slices if index == 0 else 1
-        remaining = sizes[name] // over_dcn
-        pieces: list[TorusPiece] = []
+    within = {name: sizes[name] // (slices if i == 0 else 1) for i, name in enumerate(names)}
+    if axis_shapes is None:
+        extents = _default_extents(shape, within)
+    else:
+        extents = _checked_extents(shape, within, axis_shapes)
+    # Per dimension, the axes from last to first: the first to take part of it gets a
+    # contiguous segment, a ring only if it takes the whole wrapping dimension; the axes after
+    # it get chips a segment apart, a ring when they take all that is left of a wrapping one.
+    left = list(shape)
+    pieces: dict[str, list[TorusPiece]] = {name: [] for name in names}
+    for name in reversed(names):
+        for dim, extent in enumerate(extents[name]):
+            if extent > 1:
+                wraps = chip.torus_dimension_wraps(shape[dim]) and extent == left[dim]
+                pieces[name].append(TorusPiece(extent, wraps))
+                left[dim] //= extent
+    return {
+        name: AxisLayout(
+            pieces=tuple(pieces[name]),
+            link_bytes_per_second=chip.ici_link_bytes_per_second,
+            slices=slices if index == 0 else 1,
+            dcn_bytes_per_second=chip.dcn_bytes_per_second,
+        )
+        for index, name in enumerate(names)
+    }
+
+
+def _default_extents(shape: tuple[int, ...], sizes: dict[str, int]) -> dict[str, list[int]]:
+    """The last axis on the last dimensions: whole dimensions while it is a multiple of them,
+    then a factor of the next one; the axis before it goes on from there."""
+    left = list(shape)
+    extents: dict[str, list[int]] = {}
+    dim = len(shape) - 1
+    for name in reversed(list(sizes)):
+        remaining = sizes[name]
+        extents[name] = [1] * len(shape)
         while remaining > 1:
-            while free and free[-1].size == 1:
-                free.pop()
-            piece = free.pop()
-            if remaining % piece.size == 0:
-                pieces.append(piece)
-                remaining //= piece.size
-            elif piece.size % remaining == 0:
-                pieces.append(TorusPiece(remaining, piece.wraps and remaining == piece.size))
-                free.append(TorusPiece(piece.size // remaining, piece.wraps))
-                remaining = 1
+            while left[dim] == 1:
+                dim -= 1
+            if remaining % left[dim] == 0:
+                take = left[dim]
+            elif left[dim] % remaining == 0:
+                take = remaining
             else:
                 raise IciModelError(
                     f"mesh axis {name!r} of size {sizes[name]} does not fit the torus "
-                    f"dimension of {piece.size} it reaches on {'x'.join(map(str, shape))}; "
-                    "choose axis sizes that divide or are multiples of the slice's sides"
+                    f"dimension of {left[dim]} it reaches on {'x'.join(map(str, shape))}; "
+                    "choose axis sizes that divide or are multiples of the slice's sides, "
+                    "or give axis_shapes"
                 )
-        layouts[name] = AxisLayout(
-            pieces=tuple(reversed(pieces)),
-            link_bytes_per_second=chip.ici_link_bytes_per_second,
-            slices=over_dcn,
-            dcn_bytes_per_second=chip.dcn_bytes_per_second,
-        )
-    return {name: layouts[name] for name in names}
+            extents[name][dim] *= take
+            left[dim] //= take
+            remaining //= take
+    return extents
+
+
+def _checked_extents(
+    shape: tuple[int, ...], sizes: dict[str, int], axis_shapes: Mapping[str, Sequence[int]]
+) -> dict[str, list[int]]:
+    """`axis_shapes` after checking that it places every axis and fills the slice exactly."""
+    extents: dict[str, list[int]] = {}
+    for name, size in sizes.items():
+        given = list(axis_shapes.get(name, [1] * len(shape)))
+        if len(given) != len(shape) or math.prod(given) != size:
+            raise IciModelError(
+                f"axis_shapes[{name!r}] = {given} must give {len(shape)} extents whose product "
+                f"is the axis's {size} chips in a slice"
+            )
+        extents[name] = given
+    unknown = sorted(set(axis_shapes) - set(sizes))
+    if unknown:
+        raise IciModelError(f"axis_shapes names axes {unknown} that the mesh does not have")
+    for dim, side in enumerate(shape):
+        used = math.prod(extents[name][dim] for name in sizes)
+        if used != side:
+            raise IciModelError(
+                f"axis_shapes spans {used} chips along dimension {dim}, but the slice's side "
+                f"there is {side}"
+            )
+    return extents
 
 
 def default_slice_shape(chip: Chip | str, num_chips: int) -> tuple[int, ...]:

@@ -388,11 +388,12 @@ def make_plan(
     recompute: bool = True,
     slice_shape: Sequence[int] | None = None,
     slices: int = 1,
+    axis_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> Plan:
     """Per-chip memory, ICI bytes and seconds per mesh axis and a roofline step time for one
     training step of `global_batch` sequences of `seq_len` tokens, on `slices` slices of
-    `slice_shape` chips (default: `tpuready.ici.default_slice_shape`; models: the module
-    docstring)."""
+    `slice_shape` chips (default: `tpuready.ici.default_slice_shape`), the mesh laid on them by
+    `tpuready.ici.layout_mesh` (`axis_shapes` as there; models: the module docstring)."""
     chip = get_chip(chip) if isinstance(chip, str) else chip
     full_mesh = _check_mesh(mesh, num_chips)
     try:
@@ -400,7 +401,7 @@ def make_plan(
             if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
                 raise IciModelError(f"slices must be a positive int, got {slices!r}")
             slice_shape = default_slice_shape(chip, num_chips // slices)
-        layouts = layout_mesh(chip, full_mesh, slice_shape, slices=slices)
+        layouts = layout_mesh(chip, full_mesh, slice_shape, slices=slices, axis_shapes=axis_shapes)
     except IciModelError as error:
         raise PlanError(str(error)) from error
     data, fsdp, expert, tensor = (full_mesh[name] for name in AXES)
