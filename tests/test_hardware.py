@@ -31,6 +31,7 @@ from tpuready.hardware import (
     chip_for_device_name,
     device_peak_flops_per_second,
     get_chip,
+    interconnect_markdown_table,
     known_names,
     markdown_table,
     notes_markdown,
@@ -586,3 +587,38 @@ def test_only_the_bf16_peak_is_offered(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H100 80GB HBM3")
     with pytest.raises(NoPeakFigureError, match=r"bf16 peaks only, got dtype=torch\.float32"):
         device_peak_flops_per_second("cuda", dtype=torch.float32)
+
+
+def test_interconnect_table_has_every_tpu_and_derives_the_link_figure() -> None:
+    table = interconnect_markdown_table()
+    rows = [line for line in table.splitlines() if line.startswith("| TPU")]
+    assert [row.split(" | ")[0].removeprefix("| ") for row in rows] == [
+        chip.name for chip in CHIPS if chip.vendor == "Google"
+    ]
+    assert "| TPU v5e | 2D torus | 4 | 100 | multiples of 16 chips | 3.125 |" in rows
+    assert "| TPU v4 | 3D torus | 6 | not stated | multiples of 4 chips | not stated |" in rows
+    assert "H100" not in table
+
+
+@every_chip
+def test_link_figure_is_the_chip_figure_over_its_ports(chip: Chip) -> None:
+    if chip.ici_link_bytes_per_second is None:
+        return
+    assert chip.ici_link_bytes_per_second * chip.ici_ports_per_chip == pytest.approx(
+        chip.interconnect_bytes_per_second
+    )
+    assert chip.ici_ports_per_chip == 2 * chip.torus_dimensions
+
+
+def test_torus_fields_come_together_and_match_the_topology() -> None:
+    v5e = get_chip("v5e")
+    with pytest.raises(ValueError, match="ici_ports_per_chip must be 4, got 6"):
+        dataclasses.replace(v5e, ici_ports_per_chip=6)
+    with pytest.raises(ValueError, match="together, or none of them"):
+        dataclasses.replace(v5e, ici_wraparound_multiple=None)
+    with pytest.raises(ValueError, match="ici_topology must be one of"):
+        dataclasses.replace(v5e, ici_topology="hypercube")
+    assert v5e.torus_dimension_wraps(16) and not v5e.torus_dimension_wraps(8)
+    assert get_chip("v7").torus_dimension_wraps(4)
+    with pytest.raises(ValueError, match="not on a torus"):
+        get_chip("h100").torus_dimension_wraps(4)

@@ -139,7 +139,6 @@ def test_nested_all_gather_stages_by_hand():
     assert _gather_stages(10, [("fsdp", 4), ("expert", 2)]) == [("expert", 20), ("fsdp", 80)]
 
 
-
 def test_data_axis_seconds_price_the_all_reduce_on_its_ring():
     # 16 chips of v7 as 1x4x4: data takes the last side of 4, a ring (whole cube side), so the
     # all-reduce of the fp32 gradients takes 2 (n-1)/n V / (2 links * W / 2).

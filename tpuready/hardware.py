@@ -45,6 +45,7 @@ __all__ = [
     "chip_for_device_name",
     "device_peak_flops_per_second",
     "get_chip",
+    "interconnect_markdown_table",
     "known_names",
     "markdown_table",
     "notes_markdown",
@@ -897,6 +898,27 @@ def markdown_table(chips: tuple[Chip, ...] | None = None) -> str:
         )
     lines += ["", f"**Sources** (vendor documentation, retrieved {RETRIEVED}):", ""]
     lines += [_sources_line(chip) for chip in chips]
+    return "\n".join(lines)
+
+
+def interconnect_markdown_table(chips: tuple[Chip, ...] | None = None) -> str:
+    """The TPUs' torus facts in human units: topology, ports, one link's GB/s (derived), the
+    wraparound rule and the data-centre network per chip; what `tpuready.ici` prices with."""
+    chips = tuple(c for c in (CHIPS if chips is None else chips) if c.ici_topology is not None)
+    lines = [
+        "| Chip | Topology | ICI ports | One link, both ways (GB/s, derived) "
+        "| A dimension wraps around at | DCN per chip (GB/s) |",
+        "|" + "---|" * 6,
+    ]
+    for chip in chips:
+        link = chip.ici_link_bytes_per_second
+        dcn = chip.dcn_bytes_per_second
+        lines.append(
+            f"| {chip.name} | {chip.ici_topology} | {chip.ici_ports_per_chip} "
+            f"| {'not stated' if link is None else _trimmed(link / 1e9)} "
+            f"| multiples of {chip.ici_wraparound_multiple} chips "
+            f"| {'not stated' if dcn is None else _trimmed(dcn / 1e9, 3)} |"
+        )
     return "\n".join(lines)
 
 
