@@ -93,3 +93,23 @@ def test_the_default_torch_comes_with_the_other_pins() -> None:
 def test_an_unknown_torch_build_is_refused_by_name() -> None:
     refused = run_torch_choice("rocm")
     assert refused.returncode == 2 and "'rocm'" in refused.stdout
+
+
+def test_glue_keys_the_pages_name_exist() -> None:
+    # setup.md, workshop.md and CONTRIBUTING.md show readers a glue key as an example; a key no
+    # notebook glues would teach them to look for a value that is not there.
+    pages = [*BOOK_PAGES, REPOSITORY / "CONTRIBUTING.md", REPOSITORY / "README.md"]
+    glued = {
+        key
+        for path in (REPOSITORY / "notebooks").glob("*.ipynb")
+        for cell in read_notebook(path).cells
+        if cell.cell_type == "code"
+        for key in re.findall(r"glue\(\s*\"(\w+)\"", cell.source)
+    }
+    named = {
+        (page.name, key)
+        for page in pages
+        for key in re.findall(r"`(?:\{glue:text\}`)?((?:ch\d\d|hw)_\w+)[:`]", page.read_text())
+    }
+    assert sorted((page, key) for page, key in named if key not in glued) == []
+    assert named  # the pages do name keys, so the check reads them
