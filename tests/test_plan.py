@@ -253,3 +253,10 @@ def test_an_axis_of_size_one_moves_nothing(sizes):
     plan = make_plan(SMALL, mesh, "v7", num_chips=math.prod(sizes), global_batch=1024, seq_len=32)
     for name, size in mesh.items():
         assert (plan.ici_bytes[name] == 0) == (size == 1)
+
+
+def test_state_is_fsdp2s_sixteen_bytes_a_parameter():
+    # FSDP2 keeps the fp32 shard (the master copy), its fp32 gradient and AdamW's two fp32
+    # moments; chapter 6 measures the same 16. A separate bf16 copy of the shard would be 18.
+    assert sum(BYTES_PER_PARAM_STATE.values()) == 16
+    assert set(BYTES_PER_PARAM_STATE) == {"params_fp32", "gradients_fp32", "adamw_fp32"}

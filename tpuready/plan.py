@@ -17,9 +17,10 @@ with `ModelConfig.from_transformers`), a mesh (axis sizes by name, from `AXES`),
 Shards follow `torch.chunk` (ceil division, the rule DTensor uses), and every per-chip figure is
 for the chip holding the largest shards (rank 0), so it matches what DTensor gives that rank.
 
-Memory per chip: bf16 weights, fp32 master weights, fp32 gradients and AdamW's two fp32 moments
-for this chip's shard, two layers gathered in bf16 (FSDP computes with one and prefetches the
-next), plus activations. The activation model counts, in bf16 per token and
+Memory per chip, as FSDP2 with a bf16 `MixedPrecisionPolicy` keeps it: the shard of every
+parameter in fp32 (which is also the master copy), its fp32 gradient and AdamW's two fp32
+moments, 16 bytes a parameter (chapter 6 measures them); bf16 copies exist only for gathered
+layers, two at a time (FSDP computes with one and prefetches the next); plus activations. The activation model counts, in bf16 per token and
 layer, what backward keeps: without recomputation the residual and normed inputs of both blocks
 (4h), q, k, v and the attention output (2 q_dim + 2 kv_dim, split over `tensor`; flash
 attention keeps no score matrix), per routed copy of a token the expert input, gate/up output
@@ -71,11 +72,10 @@ AXES: tuple[str, ...] = ("data", "fsdp", "expert", "tensor")
 """Mesh axes a plan knows, in the order the notebook builds its DeviceMesh."""
 
 BF16, FP32 = 2, 4
-# Bytes each parameter of the chip's shard costs: bf16 weights, fp32 master, fp32 gradient,
-# AdamW's exp_avg and exp_avg_sq in fp32.
+# Bytes each parameter of the chip's shard costs under FSDP2: the fp32 sharded parameter (the
+# master copy), its fp32 gradient, AdamW's exp_avg and exp_avg_sq in fp32.
 BYTES_PER_PARAM_STATE: dict[str, int] = {
-    "weights_bf16": BF16,
-    "master_fp32": FP32,
+    "params_fp32": FP32,
     "gradients_fp32": FP32,
     "adamw_fp32": 2 * FP32,
 }
