@@ -1364,8 +1364,9 @@ RULE_TABLE: tuple[Rule, ...] = (
         "argparse default",
         (ast.Call, ast.Assign),
         _check_process_group_backend,
-        "dist.init_process_group() with no backend: PyTorch picks one per device type "
-        "(gloo on CPU, nccl on CUDA, tpu_dist on TorchTPU)",
+        "dist.init_process_group() with no backend: PyTorch picks the one backend of the "
+        "machine's accelerator (gloo with none, nccl on CUDA, tpu_dist on TorchTPU); "
+        "name 'cpu:gloo,cuda:nccl' if CPU tensors must be reduced too",
     ),
     Rule(
         "ddp-device-ids",

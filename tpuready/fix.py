@@ -23,7 +23,8 @@ What it rewrites (each keeps the code's behaviour on a CUDA GPU, where `device` 
   (a name compared with `"cuda"` later keeps a string: `device.type`). The whole
   `"cuda" if torch.cuda.is_available() else "cpu"` (or `"cuda:0"`) becomes `device`; a name
   assigned `device = "cuda"` becomes the device choice itself.
-- `init_process_group("nccl")` / `backend="nccl"` -> no backend (PyTorch picks one per device).
+- `init_process_group("nccl")` / `backend="nccl"` -> no backend (PyTorch picks the
+  machine accelerator's).
 - `pin_memory=True` -> `pin_memory=torch.accelerator.is_available()`.
 - `assert torch.cuda.is_available()` is removed: the ported script runs without a GPU.
 
@@ -924,8 +925,8 @@ class _Rewriter(cst.CSTTransformer):
                 self._leave(
                     value,
                     "nccl-backend",
-                    "name no backend (PyTorch picks gloo on CPU, nccl on CUDA, tpu_dist on "
-                    "TorchTPU), or pass the others by keyword",
+                    "name no backend (PyTorch picks the accelerator's one: gloo with none, nccl "
+                    "on CUDA, tpu_dist on TorchTPU), or pass the others by keyword",
                 )
             keep.append(after)
         if len(keep) == len(updated.args):

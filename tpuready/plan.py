@@ -20,13 +20,14 @@ for the chip holding the largest shards (rank 0), so it matches what DTensor giv
 Memory per chip, as FSDP2 with a bf16 `MixedPrecisionPolicy` keeps it: the shard of every
 parameter in fp32 (which is also the master copy), its fp32 gradient and AdamW's two fp32
 moments, 16 bytes a parameter (chapter 6 measures them); bf16 copies exist only for gathered
-layers, two at a time (FSDP computes with one and prefetches the next); plus activations. The activation model counts, in bf16 per token and
-layer, what backward keeps: without recomputation the residual and normed inputs of both blocks
-(4h), q, k, v and the attention output (2 q_dim + 2 kv_dim, split over `tensor`; flash
-attention keeps no score matrix), per routed copy of a token the expert input, gate/up output
-and activated product (k (h + 3 I / tensor)), plus fp32 router probabilities (E); with full
-recomputation only each layer's input (h) plus one layer's full set. The fp32 logits of the
-chip's tokens (vocabulary split over `tensor`) are added in both cases.
+layers, two at a time (FSDP computes with one and prefetches the next); plus activations. The
+activation model counts, in bf16 per token and layer, what backward keeps: without recomputation
+the residual and normed inputs of both blocks (4h), q, k, v and the attention output (2 q_dim +
+2 kv_dim, split over `tensor`; flash attention keeps no score matrix), per routed copy of a
+token the expert input, gate/up output and activated product (k (h + 3 I / tensor)), plus fp32
+router probabilities (E); with full recomputation only each layer's input (h) plus one layer's
+full set. The fp32 logits of the chip's tokens (vocabulary split over `tensor`) are added in
+both cases.
 
 The collectives of a step: FSDP all-gathers (bf16, forward and backward) and a reduce-scatter
 (fp32) on the sharding axes, an fp32 all-reduce on `data`, two all-reduces per layer forward and
