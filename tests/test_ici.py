@@ -61,6 +61,48 @@ def test_two_rings_give_an_all_gather_twice_the_links():
     )
 
 
+def test_a_strided_ring_shares_its_links_with_the_other_groups():
+    # A ring of 16 split 4 x 4: the outer axis's groups are chips 4 apart, each hop crosses 4
+    # links and all 4 groups use every link, so each chip gets W / 4 in on each side. Every
+    # chip must receive 3/4 V: (3/4) V / (2 * W / 2 / 4) = 3 V / W.
+    layouts = layout_mesh("v7", {"outer": 4, "inner": 4, "rest": 16}, (4, 4, 16))
+    assert layouts["rest"].describe() == "16 (ring)"
+    link = get_chip("v7").ici_link_bytes_per_second
+    outer = AxisLayout((TorusPiece(4, True, stride=4),), link)
+    assert collective_seconds("all-gather", GIB, outer) == pytest.approx(3 * GIB / link)
+    inner_ring = AxisLayout((TorusPiece(4, True),), link)
+    assert collective_seconds("all-to-all", GIB, outer) == pytest.approx(
+        4 * collective_seconds("all-to-all", GIB, inner_ring)
+    )
+
+
+def test_a_ring_and_a_line_give_three_links_in():
+    layout = AxisLayout((TorusPiece(8, True), TorusPiece(4, False)), W)
+    assert collective_seconds("all-gather", GIB, layout) == pytest.approx(
+        31 / 32 * GIB / (3 * W / 2)
+    )
+
+
+def test_all_to_all_over_two_dimensions_is_set_by_the_busier():
+    # 4 (line) x 32 (ring), N = 128: the line's middle link carries 2 V * 2 * 2 / (4 N W),
+    # the ring's links V * 256 / (32 N W); the ring's is the larger.
+    layout = AxisLayout((TorusPiece(4, False), TorusPiece(32, True)), W)
+    line = 2 * GIB * 2 * 2 / (4 * 128 * W)
+    ring32 = GIB * 256 / (32 * 128 * W)
+    assert ring32 > line
+    assert collective_seconds("all-to-all", GIB, layout) == pytest.approx(ring32)
+
+
+def test_multi_slice_all_to_all_adds_the_dcn_share():
+    # 2 slices of a ring of 16: each slice's all-to-all on its half of V, then every chip sends
+    # half of its V / 32 to the other slice over its DCN share.
+    layout = AxisLayout((TorusPiece(16, True),), W, slices=2, dcn_bytes_per_second=1e9)
+    expected = (GIB / 2) / (4 * W) + 0.5 * GIB / 32 / 1e9
+    assert collective_seconds("all-to-all", GIB, layout) == pytest.approx(expected)
+    assert layout.describe() == "16 (ring) + 2 slices over DCN"
+    assert AxisLayout((), W, slices=2, dcn_bytes_per_second=1e9).describe() == ("2 slices over DCN")
+
+
 def test_chapter_5_example_one_gib_over_a_2x2_v5e_slice():
     # v5e: 400 GB/s per chip over 4 ports, 100 GB/s a link; a 2x2 slice has no wraparound,
     # so each chip receives 3/4 GiB through one link per dimension, 2 * 50 GB/s inwards.
@@ -115,17 +157,19 @@ def test_time_is_linear_in_the_bytes(n, kind):
 def test_a_mesh_lays_its_last_axis_on_the_last_dimension():
     layouts = layout_mesh("v7", {"fsdp": 64, "expert": 128}, (16, 16, 32))
     assert layouts["expert"].describe() == "4 (line) x 32 (ring)"
-    assert layouts["fsdp"].describe() == "16 (ring) x 4 (ring)"
+    assert layouts["fsdp"].describe() == "16 (ring) x 4 (ring, stride 4)"
     assert {name: layout.size for name, layout in layouts.items()} == {"fsdp": 64, "expert": 128}
 
 
 def test_axis_shapes_spread_the_busiest_axis_over_a_cube():
-    # expert on one 4x4x4 cube, fsdp on the cubes: every piece a ring, and the expert
-    # all-to-all is bound by rings of 4, not by the slice's side of 32.
+    # expert on a 4x4x4 block, fsdp across the blocks: the expert all-to-all is bound by lines
+    # of 4, not by the slice's side of 32; fsdp's rings hop 4 chips at a time.
     shapes = {"fsdp": (4, 4, 8), "expert": (4, 4, 4)}
     layouts = layout_mesh("v7", {"fsdp": 128, "expert": 64}, (16, 16, 32), axis_shapes=shapes)
     assert layouts["expert"].describe() == "4 (line) x 4 (line) x 4 (line)"
-    assert layouts["fsdp"].describe() == "4 (ring) x 4 (ring) x 8 (ring)"
+    assert layouts["fsdp"].describe() == (
+        "4 (ring, stride 4) x 4 (ring, stride 4) x 8 (ring, stride 4)"
+    )
     default = layout_mesh("v7", {"fsdp": 128, "expert": 64}, (16, 16, 32))
     assert default["expert"].describe() == "2 (line) x 32 (ring)"
     cube = collective_seconds("all-to-all", GIB, layouts["expert"])
@@ -170,7 +214,12 @@ def test_dcn_without_a_figure_fails_naming_it():
 
 @pytest.mark.parametrize(
     ("chip", "chips", "shape"),
-    [("v7", 8192, (16, 16, 32)), ("v5e", 256, (16, 16)), ("v5p", 4, (1, 2, 2))],
+    [
+        ("v7", 8192, (16, 16, 32)),
+        ("v5e", 256, (16, 16)),
+        ("v5p", 4, (1, 2, 2)),
+        ("v7", 16, (2, 2, 4)),
+    ],
 )
 def test_default_slice_shapes(chip, chips, shape):
     assert default_slice_shape(chip, chips) == shape
@@ -198,6 +247,9 @@ def test_default_slice_shape_holds_every_chip(chip, chips):
         (lambda: layout_mesh("h100", {"x": 8}, (8,)), "not a TPU on a torus"),
         (lambda: default_slice_shape("v6e", 512), "exceed a TPU v6e pod"),
         (lambda: TorusPiece(0, True), "positive int size, got 0"),
+        (lambda: TorusPiece(4, True, stride=0), "positive int stride, got 0"),
+        (lambda: AxisLayout((TorusPiece(4, True),), W, slices=0), "slices must be a positive"),
+        (lambda: AxisLayout([TorusPiece(4, True)], W), "tuple of TorusPiece"),
     ],
 )
 def test_bad_input_fails_naming_the_value(call, match):

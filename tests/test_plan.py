@@ -140,10 +140,10 @@ def test_nested_all_gather_stages_by_hand():
 
 
 def test_data_axis_seconds_price_the_all_reduce_on_its_ring():
-    # 16 chips of v7 as 1x4x4: data takes the last side of 4, a ring (whole cube side), so the
+    # 64 chips of v7 as one 4x4x4 cube: data (4) takes the last side, a ring, so the
     # all-reduce of the fp32 gradients takes 2 (n-1)/n V / (2 links * W / 2).
-    plan = make_plan(TINY, {"data": 4, "fsdp": 4}, "v7", num_chips=16, global_batch=16,
-                     seq_len=4, slice_shape=(1, 4, 4))  # fmt: skip
+    plan = make_plan(TINY, {"data": 4, "fsdp": 16}, "v7", num_chips=64, global_batch=64,
+                     seq_len=4, slice_shape=(4, 4, 4))  # fmt: skip
     link = get_chip("v7").ici_link_bytes_per_second
     assert plan.layouts["data"].describe() == "4 (ring)"
     expected = 2 * (3 / 4) * plan.params_per_chip * 4 / link

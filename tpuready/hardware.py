@@ -229,13 +229,17 @@ class Chip:
             return None
         return self.interconnect_bytes_per_second / self.ici_ports_per_chip
 
-    def torus_dimension_wraps(self, size: int) -> bool:
-        """Whether a torus dimension of `size` chips in a slice has its wraparound link (a
-        model rule from the Scaling Book: whole 4x4x4 cubes on v4, v5p and v7, a full side of
-        16 on v5e and v6e)."""
+    def slice_wraps(self, slice_shape: tuple[int, ...]) -> tuple[bool, ...]:
+        """Which dimensions of a slice of this shape close into rings (a model rule from the
+        Scaling Book): on v4, v5p and v7 all of them when the slice is whole 4x4x4 cubes,
+        none otherwise; on v5e and v6e each full side of 16."""
         if self.ici_wraparound_multiple is None:
             raise ValueError(f"{self.name} is not on a torus; it has no wraparound links")
-        return size % self.ici_wraparound_multiple == 0
+        multiple = self.ici_wraparound_multiple
+        if self.ici_topology == "3D torus":
+            whole_cubes = all(side % multiple == 0 for side in slice_shape)
+            return tuple(whole_cubes for _ in slice_shape)
+        return tuple(side % multiple == 0 for side in slice_shape)
 
     @property
     def per_device_peak_bf16_flops_per_second(self) -> float:
@@ -290,10 +294,12 @@ _WRAPAROUND_SIDE_NOTE = (
     "along their shorter sides."
 )
 _PORTS_3D_NOTE = (
-    "Derived from the topology the page states: a 3D torus links each chip to 2 neighbours "
-    "per dimension, 6 ports. The page states no port count. One link, both directions, is "
-    "then the per-chip figure over 6 (the Scaling Book quotes its own per-link figures, "
-    "about 10 % lower)."
+    "Derived, not stated: the page gives the topology, a 3D torus, which links each chip to 2 "
+    "neighbours per dimension, 6 ports; the source link is the page that states the "
+    "topology. One link, both directions, is then the per-chip figure over 6."
+)
+_PORTS_3D_V5P_NOTE = _PORTS_3D_NOTE + (
+    " The Scaling Book quotes its own per-link figure for v5p, 180 GB/s, about 10 % lower."
 )
 _PORTS_2D_NOTE = (
     "'ICI ports per chip 4' in the v6e page's table (v5e and v6e columns). One link, both "
@@ -468,7 +474,7 @@ CHIPS: tuple[Chip, ...] = (
             "devices_per_chip": _JAX_CHIP_VERSIONS,
         },
         notes={
-            "ici_ports_per_chip": _PORTS_3D_NOTE,
+            "ici_ports_per_chip": _PORTS_3D_V5P_NOTE,
             "ici_wraparound_multiple": _WRAPAROUND_CUBE_NOTE,
             "dcn_bytes_per_second": (
                 "'Data center network (DCN) bandwidth per chip (Gbps) 50': 6.25 GB/s."
@@ -574,7 +580,8 @@ CHIPS: tuple[Chip, ...] = (
         },
         notes={
             "ici_topology": (
-                "The TPU7x page compares TPU7x with v5p, whose page states a '3D torus'; Google's "
+                "Inferred, not stated on the page: the TPU7x page compares TPU7x with v5p, whose "
+                "page states a '3D torus', and Google's "
                 "Ironwood announcements describe 4x4x4 cubes joined by optical switches."
             ),
             "ici_ports_per_chip": _PORTS_3D_NOTE,
@@ -896,9 +903,20 @@ def markdown_table(chips: tuple[Chip, ...] | None = None) -> str:
             f"| {_interconnect_cell(chip)} | {matrix_unit} | {_optional(chip.chips_per_pod)} "
             f"| {chip.ridge_point_flops_per_byte:,.0f} |"
         )
-    lines += ["", f"**Sources** (vendor documentation, retrieved {RETRIEVED}):", ""]
+    lines += [
+        "",
+        f"**Sources** (vendor documentation, retrieved {RETRIEVED}; the wraparound rule from "
+        "the Scaling Book):",
+        "",
+    ]
     lines += [_sources_line(chip) for chip in chips]
     return "\n".join(lines)
+
+
+def _wrap_rule(chip: Chip) -> str:
+    if chip.ici_topology == "3D torus":
+        return f"every side a multiple of {chip.ici_wraparound_multiple} (whole cubes)"
+    return f"a full side of {chip.ici_wraparound_multiple}"
 
 
 def interconnect_markdown_table(chips: tuple[Chip, ...] | None = None) -> str:
@@ -907,7 +925,7 @@ def interconnect_markdown_table(chips: tuple[Chip, ...] | None = None) -> str:
     chips = tuple(c for c in (CHIPS if chips is None else chips) if c.ici_topology is not None)
     lines = [
         "| Chip | Topology | ICI ports | One link, both ways (GB/s, derived) "
-        "| A dimension wraps around at | DCN per chip (GB/s) |",
+        "| A dimension wraps around at | DCN per chip (GB/s; derived for v5e, v6e) |",
         "|" + "---|" * 6,
     ]
     for chip in chips:
@@ -916,7 +934,7 @@ def interconnect_markdown_table(chips: tuple[Chip, ...] | None = None) -> str:
         lines.append(
             f"| {chip.name} | {chip.ici_topology} | {chip.ici_ports_per_chip} "
             f"| {'not stated' if link is None else _trimmed(link / 1e9)} "
-            f"| multiples of {chip.ici_wraparound_multiple} chips "
+            f"| {_wrap_rule(chip)} "
             f"| {'not stated' if dcn is None else _trimmed(dcn / 1e9, 3)} |"
         )
     return "\n".join(lines)

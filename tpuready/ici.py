@@ -5,6 +5,9 @@ chapter 9's planner and `tpuready.plan`. The model follows the Scaling Book ("Ho
 Model", parts 2 and 3): a slice is a 2D or 3D torus of chips, every link between neighbours
 carries `W` bytes per second (both directions summed, `Chip.ici_link_bytes_per_second`), and a
 mesh axis is a set of rings (a torus dimension with its wraparound link) or lines (without).
+Where an axis shares a dimension with an axis laid before it, its chips sit `stride` apart:
+every hop crosses `stride` links, and the `stride` groups of the axis share each of them, so
+it runs at `W / stride` a hop.
 All formulas are bandwidth terms; latency and per-hop costs are left out, so the times are lower
 bounds for large arrays.
 
@@ -61,14 +64,23 @@ class IciModelError(ValueError):
 @dataclass(frozen=True)
 class TorusPiece:
     """Part of one torus dimension that a mesh axis runs along: `size` chips in a ring
-    (`wraps`) or a line."""
+    (`wraps`) or a line, `stride` chips apart (each hop crosses `stride` links, which the
+    `stride` groups of the axis along this dimension all share)."""
 
     size: int
     wraps: bool
+    stride: int = 1
 
     def __post_init__(self) -> None:
-        if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size < 1:
-            raise IciModelError(f"a torus piece needs a positive int size, got {self.size!r}")
+        for name in ("size", "stride"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise IciModelError(f"a torus piece needs a positive int {name}, got {value!r}")
+
+    def describe(self) -> str:
+        """'16 (ring)', '4 (line)', '4 (ring, stride 4)'."""
+        kind = "ring" if self.wraps else "line"
+        return f"{self.size} ({kind}{f', stride {self.stride}' if self.stride > 1 else ''})"
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,12 @@ class AxisLayout:
     dcn_bytes_per_second: float | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.pieces, tuple) or not all(
+            isinstance(piece, TorusPiece) for piece in self.pieces
+        ):
+            raise IciModelError(f"pieces must be a tuple of TorusPiece, got {self.pieces!r}")
+        if isinstance(self.slices, bool) or not isinstance(self.slices, int) or self.slices < 1:
+            raise IciModelError(f"slices must be a positive int, got {self.slices!r}")
         if not self.link_bytes_per_second > 0:
             raise IciModelError(
                 f"link bandwidth must be positive, got {self.link_bytes_per_second!r}"
@@ -89,7 +107,8 @@ class AxisLayout:
         if self.slices > 1 and not (self.dcn_bytes_per_second or 0) > 0:
             raise IciModelError(
                 f"an axis over {self.slices} slices needs a positive dcn_bytes_per_second, "
-                f"got {self.dcn_bytes_per_second!r}; the chip's table row states none"
+                f"got {self.dcn_bytes_per_second!r}: nothing to price the data-centre network "
+                "with (`tpuready.hardware` states no DCN figure for some chips)"
             )
 
     @property
@@ -103,13 +122,16 @@ class AxisLayout:
         return self.ici_size * self.slices
 
     def describe(self) -> str:
-        """'16 (ring) x 4 (line)', with '+ 2 slices over DCN' where it crosses slices."""
-        parts = [f"{p.size} ({'ring' if p.wraps else 'line'})" for p in self.pieces if p.size > 1]
-        text = " x ".join(parts) or "1"
-        return text + (f" + {self.slices} slices over DCN" if self.slices > 1 else "")
+        """'16 (ring) x 4 (line)', '2 slices over DCN' or '4 (ring) + 2 slices over DCN'."""
+        text = " x ".join(piece.describe() for piece in self.pieces if piece.size > 1)
+        if self.slices == 1:
+            return text or "1"
+        dcn = f"{self.slices} slices over DCN"
+        return f"{text} + {dcn}" if text else dcn
 
 
 def _check_bytes(total_bytes: float) -> float:
+    """`total_bytes` as a float, after refusing anything but a finite number >= 0."""
     if isinstance(total_bytes, bool) or not isinstance(total_bytes, int | float):
         raise IciModelError(f"total_bytes must be a number of bytes, got {total_bytes!r}")
     if not math.isfinite(total_bytes) or total_bytes < 0:
@@ -118,6 +140,7 @@ def _check_bytes(total_bytes: float) -> float:
 
 
 def _check_kind(kind: str) -> None:
+    """Refuse a collective the model does not price, naming the ones it does."""
     if kind not in COLLECTIVES:
         raise IciModelError(f"unknown collective {kind!r}; use one of {list(COLLECTIVES)}")
 
@@ -127,7 +150,10 @@ def _ici_gather_seconds(total_bytes: float, layout: AxisLayout) -> float:
     n = layout.ici_size
     if n == 1:
         return 0.0
-    channels = sum(2 if piece.wraps else 1 for piece in layout.pieces if piece.size > 1)
+    # Links into a chip on the axis, each shared by the `stride` groups that cross it.
+    channels = sum(
+        (2 if piece.wraps else 1) / piece.stride for piece in layout.pieces if piece.size > 1
+    )
     return (n - 1) / n * total_bytes / (channels * layout.link_bytes_per_second / 2)
 
 
@@ -141,9 +167,10 @@ def _ici_all_to_all_seconds(total_bytes: float, layout: AxisLayout) -> float:
         if a == 1:
             continue
         if piece.wraps:
-            times.append(total_bytes * (a * a // 4) / (a * n * w))
+            load = total_bytes * (a * a // 4) / (a * n * w)
         else:  # the middle link of each line carries the traffic between its halves
-            times.append(2 * total_bytes * (a // 2) * ((a + 1) // 2) / (a * n * w))
+            load = 2 * total_bytes * (a // 2) * ((a + 1) // 2) / (a * n * w)
+        times.append(load * piece.stride)  # each hop crosses `stride` shared links
     return max(times)
 
 
@@ -187,6 +214,7 @@ def bytes_received(kind: str, total_bytes: float, group_size: int) -> float:
 
 
 def _resolve(chip: Chip | str) -> Chip:
+    """The chip, by name or as given, after checking it is a TPU with a per-link figure."""
     chip = get_chip(chip) if isinstance(chip, str) else chip
     if chip.ici_topology is None:
         raise IciModelError(f"{chip.name} is not a TPU on a torus; the ICI model is for TPUs")
@@ -198,6 +226,7 @@ def _resolve(chip: Chip | str) -> Chip:
 
 
 def _check_shape(chip: Chip, slice_shape: Sequence[int]) -> tuple[int, ...]:
+    """`slice_shape` as a tuple, after checking it has one positive side per dimension."""
     shape = tuple(slice_shape)
     if len(shape) != chip.torus_dimensions or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape
@@ -249,14 +278,17 @@ def layout_mesh(
         extents = _checked_extents(shape, within, axis_shapes)
     # Per dimension, the axes from last to first: the first to take part of it gets a
     # contiguous segment, a ring only if it takes the whole wrapping dimension; the axes after
-    # it get chips a segment apart, a ring when they take all that is left of a wrapping one.
+    # it get chips a segment apart (the stride), a ring when they take all that is left of a
+    # wrapping one.
+    wraps = chip.slice_wraps(shape)
     left = list(shape)
     pieces: dict[str, list[TorusPiece]] = {name: [] for name in names}
     for name in reversed(names):
         for dim, extent in enumerate(extents[name]):
             if extent > 1:
-                wraps = chip.torus_dimension_wraps(shape[dim]) and extent == left[dim]
-                pieces[name].append(TorusPiece(extent, wraps))
+                stride = shape[dim] // left[dim]
+                ring = wraps[dim] and extent == left[dim]
+                pieces[name].append(TorusPiece(extent, ring, stride))
                 left[dim] //= extent
     return {
         name: AxisLayout(
@@ -351,7 +383,6 @@ def default_slice_shape(chip: Chip | str, num_chips: int) -> tuple[int, ...]:
         raise IciModelError(f"no {dims}D slice shape has {num_chips} chips")
 
     def score(shape: tuple[int, ...]) -> tuple[int, int, int]:
-        wrapping = sum(chip.torus_dimension_wraps(side) for side in shape)
-        return (max(shape), -wrapping, -min(shape))
+        return (max(shape), -sum(chip.slice_wraps(shape)), -min(shape))
 
     return min(candidates, key=score)
