@@ -74,3 +74,29 @@ def test_training_stays_within_the_recompile_budget() -> None:
         # The check is live: a shape the loader never makes is refused.
         with pytest.raises(RuntimeError, match="fail_on_recompile"):
             step(model, optimizer, tokens[:, :-1], targets[:, :-1])
+
+
+def test_a_learning_rate_schedule_compiles_nothing_new() -> None:
+    # A Python float learning rate is a constant in the graph: every value
+    # a scheduler sets is a new guard, a new graph, each step. As a tensor
+    # it is an input, and the graphs of the first epoch serve every later
+    # learning rate. (On CUDA, where AdamW defaults to foreach=True, a
+    # tensor lr also needs capturable=True; TorchTPU needs it anyway.)
+    torch._dynamo.reset()
+    counters.clear()
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=torch.tensor(1e-2))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: 1 / (1 + step)
+    )
+    step = torch.compile(train_step, backend="aot_eager", dynamic=False)
+    loader = make_loader(TRAIN_LENGTHS, pad_to_multiple_of=PAD_TO_MULTIPLE_OF)
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        for tokens, targets in loader:
+            step(model, optimizer, tokens, targets)
+            schedule.step()
+    assert counters["stats"]["unique_graphs"] <= RECOMPILE_BUDGET
+    with torch.compiler.set_stance("fail_on_recompile"):
+        for tokens, targets in loader:
+            step(model, optimizer, tokens, targets)
+            schedule.step()
