@@ -178,7 +178,7 @@ def test_step_time_is_the_slowest_roofline_term():
         ({"tensor": 4}, 4, "num_heads=2 .* tensor=4"),
         ({"expert": 8}, 8, "num_experts=4 .* expert=8"),
         ({"fsdp": 2, "pipeline": 2}, 4, "unknown mesh axes \\['pipeline'\\]"),
-        ({"fsdp": 0}, 0, "'fsdp' must have a positive int size, got 0"),
+        ({"fsdp": 0}, 1, "mesh\\['fsdp'\\] must be at least 1, got 0"),
     ],
 )
 def test_bad_mesh_fails_naming_the_value(mesh, num_chips, match):
@@ -208,7 +208,7 @@ def test_chip_without_interconnect_figure_fails_clearly():
 
 
 def test_bad_model_fails_naming_the_field():
-    with pytest.raises(PlanError, match="hidden_size must be a positive int, got 0"):
+    with pytest.raises(PlanError, match="hidden_size must be at least 1, got 0"):
         ModelConfig("bad", 1, 0, 2, 1, 4, 4, 2, 6, 10)
     with pytest.raises(PlanError, match="experts_per_token=5 exceeds num_experts=4"):
         ModelConfig("bad", 1, 8, 2, 1, 4, 4, 5, 6, 10)

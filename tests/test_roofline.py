@@ -260,7 +260,7 @@ def test_tokens_per_second_scales_linearly(mfu_value: float, chips: int) -> None
         (lambda: tokens_per_second(0.28, 0, 1e15, 1e11), "num_chips must be at least 1"),
         (lambda: Roofline("", 1e12, 1e9), "name must be a non-empty string"),
         (lambda: Roofline("cpu", -1.0, 1e9), "peak_flops_per_second must be a finite"),
-        (lambda: Roofline.from_chip(42), "expected a tpuready.hardware.Chip"),
+        (lambda: Roofline.from_chip(42), "chip must be a tpuready.hardware.Chip or a chip name"),
     ],
 )
 def test_bad_input_names_the_value(call: Callable[[], object], message: str) -> None:

@@ -21,10 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tpuready import hardware
+from tpuready.validate import InputError, whole_number
 
 __all__ = [
     "COMMON_DIMENSIONS",
     "RULES_OF_THUMB",
+    "AlignmentError",
     "PaddingAdvice",
     "cheat_sheet_markdown",
     "matmul_tile_utilization",
@@ -38,13 +40,13 @@ __all__ = [
 CHEAT_SHEET_COMMAND = "python -m tpuready.alignment > book/hardware-alignment-cheat-sheet.md"
 
 
+class AlignmentError(InputError):
+    """Raised for a dimension, tile or chip the alignment model cannot use."""
+
+
 def _check_positive_int(name: str, value: object, fix: str) -> int:
-    """`value` if it is a whole number >= 1 (bools refused), else a ValueError naming it."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a whole number, got {value!r}; {fix}")
-    if value < 1:
-        raise ValueError(f"{name} must be at least 1, got {value!r}; {fix}")
-    return value
+    """`value` as an int if it is a whole number >= 1, else an `AlignmentError` naming it."""
+    return whole_number(name, value, fix=fix, error=AlignmentError)
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -71,22 +73,24 @@ def matmul_tile_utilization(m: int, k: int, n: int, tile: int) -> float:
     dimension to whole tiles. A simplification: a real compiler chooses which dimensions map
     onto the array and may pad the streamed one more finely, so treat it as a model.
     """
+    for name, value in (("m", m), ("k", k), ("n", n)):
+        _check_positive_int(name, value, "pass a matmul dimension such as 4096")
     return tile_utilization(m, tile) * tile_utilization(k, tile) * tile_utilization(n, tile)
 
 
 def mxu_tile(chip_name: str) -> int:
     """The side of `chip_name`'s square MXU tile from `tpuready.hardware` (128 or 256)."""
-    chip = hardware.get_chip(chip_name)
+    chip = hardware.as_chip(chip_name, argument="chip_name", error=AlignmentError)
     shape = chip.matrix_unit_shape
     if shape is None:
-        raise ValueError(
+        raise AlignmentError(
             f"{chip.name} has no MXU tile in tpuready.hardware "
             f"({chip.notes.get('matrix_unit_shape', 'no figure')}); pass a TPU such as 'v5e' "
             "or 'v7'"
         )
     rows, columns = shape
     if rows != columns:
-        raise ValueError(f"{chip.name}: expected a square MXU, got {rows}x{columns}")
+        raise AlignmentError(f"{chip.name}: expected a square MXU, got {rows}x{columns}")
     return rows
 
 
@@ -130,6 +134,8 @@ class PaddingAdvice:
 
 def recommend_padding(dim: int, multiple: int) -> PaddingAdvice:
     """The advice for one dimension: 'pad 151,936 to a multiple of 256 -> 152,064 (+128); ...'."""
+    dim = _check_positive_int("dim", dim, "pass a dimension size such as 151936")
+    multiple = _check_positive_int("multiple", multiple, "pass a tile size such as 128 or 256")
     return PaddingAdvice(
         dim=dim,
         multiple=multiple,

@@ -27,7 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from tpuready.validate import InputError, one_of, whole_number
+
 __all__ = [
+    "BucketError",
     "PaddingStats",
     "bucket_for",
     "optimal_buckets",
@@ -35,6 +38,10 @@ __all__ = [
     "padded_tokens",
     "padding_stats",
 ]
+
+
+class BucketError(InputError):
+    """Raised for lengths, buckets or sequences that cannot be padded to buckets."""
 
 
 @dataclass(frozen=True)
@@ -67,20 +74,20 @@ def _as_lengths(lengths: Iterable[int] | np.ndarray | torch.Tensor) -> np.ndarra
         lengths = lengths.detach().cpu().numpy()
     array = np.asarray(lengths if isinstance(lengths, np.ndarray) else list(lengths))
     if array.ndim != 1:
-        raise ValueError(
+        raise BucketError(
             f"lengths must be one-dimensional (one length per sequence), got shape {array.shape}"
         )
     if array.size == 0:
-        raise ValueError("lengths is empty: pass at least one sequence length")
+        raise BucketError("lengths is empty: pass at least one sequence length")
     if array.dtype.kind not in "iu":
-        raise ValueError(
+        raise BucketError(
             f"lengths must be integers (token counts), got dtype {array.dtype}: "
             "convert them with int() or .astype(int)"
         )
     array = array.astype(np.int64, copy=False)
     smallest = int(array.min())
     if smallest < 1:
-        raise ValueError(
+        raise BucketError(
             f"every length must be positive, got {smallest}: drop empty sequences first"
         )
     return array
@@ -90,20 +97,19 @@ def _as_buckets(buckets: Sequence[int]) -> tuple[int, ...]:
     """Validated buckets: positive integers in strictly increasing order."""
     values = tuple(buckets)
     if not values:
-        raise ValueError("buckets is empty: pass at least one bucket length")
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"bucket {value!r} is not a positive integer: use whole token counts")
+        raise BucketError("buckets is empty: pass at least one bucket length")
+    for index, value in enumerate(values):
+        _check_positive_int(f"buckets[{index}]", value, "use whole token counts such as 128")
     if any(later <= earlier for earlier, later in itertools.pairwise(values)):
-        raise ValueError(
+        raise BucketError(
             f"buckets must be strictly increasing, got {values}: pass sorted(set(buckets))"
         )
     return tuple(int(value) for value in values)
 
 
-def _check_positive_int(name: str, value: int, fix: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}: {fix}")
+def _check_positive_int(name: str, value: int, fix: str) -> int:
+    """`value` as an int if it is a whole number >= 1, else a `BucketError` naming it."""
+    return whole_number(name, value, fix=fix, error=BucketError)
 
 
 def _round_up(array: np.ndarray, multiple_of: int) -> np.ndarray:
@@ -198,7 +204,7 @@ def bucket_for(length: int, buckets: Sequence[int]) -> int:
     checked = _as_buckets(buckets)
     index = bisect.bisect_left(checked, int(length))
     if index == len(checked):
-        raise ValueError(
+        raise BucketError(
             f"length {length} exceeds the largest bucket {checked[-1]}: add a bucket of at "
             f"least {length} or truncate sequences to {checked[-1]} tokens"
         )
@@ -208,7 +214,7 @@ def bucket_for(length: int, buckets: Sequence[int]) -> int:
 def _bucket_of_each(lengths: np.ndarray, buckets: tuple[int, ...]) -> np.ndarray:
     longest = int(lengths.max())
     if longest > buckets[-1]:
-        raise ValueError(
+        raise BucketError(
             f"length {longest} exceeds the largest bucket {buckets[-1]}: add a bucket of at "
             f"least {longest} or truncate sequences to {buckets[-1]} tokens"
         )
@@ -238,6 +244,25 @@ def padding_stats(
     )
 
 
+def _token_row(index: int, sequence: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """Sequence `index` as a 1-D long tensor, refusing what is not a row of token ids (a float
+    id would be truncated, a 2-D batch flattened into one long sequence)."""
+    row = torch.as_tensor(sequence)
+    if row.ndim != 1:
+        raise BucketError(
+            f"sequences[{index}] must be one row of token ids, got shape {tuple(row.shape)}: "
+            "pass a list of 1-D sequences (iterate over the rows of a 2-D batch)"
+        )
+    if row.numel() and (
+        row.dtype.is_floating_point or row.dtype.is_complex or row.dtype == torch.bool
+    ):
+        raise BucketError(
+            f"sequences[{index}] must hold integer token ids, got dtype {row.dtype}: "
+            "token ids are whole numbers (convert with .long() only if they really are)"
+        )
+    return row.to(torch.long)
+
+
 def pad_to_bucket(
     sequences: Sequence[Sequence[int] | torch.Tensor],
     buckets: Sequence[int],
@@ -250,14 +275,14 @@ def pad_to_bucket(
     batch has one of `len(buckets)` shapes. Use it as a DataLoader `collate_fn` with
     `functools.partial(pad_to_bucket, buckets=..., pad_value=...)`.
     """
-    if padding_side not in ("right", "left"):
-        raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+    one_of("padding_side", padding_side, ("right", "left"), error=BucketError)
+    whole_number("pad_value", pad_value, minimum=0, fix="pass a token id", error=BucketError)
     if len(sequences) == 0:
-        raise ValueError("sequences is empty: a batch needs at least one sequence")
-    rows = [torch.as_tensor(sequence, dtype=torch.long).reshape(-1) for sequence in sequences]
+        raise BucketError("sequences is empty: a batch needs at least one sequence")
+    rows = [_token_row(index, sequence) for index, sequence in enumerate(sequences)]
     longest = max(row.numel() for row in rows)
     if longest == 0:
-        raise ValueError("every sequence is empty: a batch needs at least one token")
+        raise BucketError("every sequence is empty: a batch needs at least one token")
     width = bucket_for(longest, buckets)
     input_ids = torch.full((len(rows), width), pad_value, dtype=torch.long)
     attention_mask = torch.zeros((len(rows), width), dtype=torch.long)

@@ -34,6 +34,8 @@ from typing import Literal
 
 import torch
 
+from tpuready.validate import InputError
+
 __all__ = [
     "CHIPS",
     "FIGURE_FIELDS",
@@ -42,6 +44,7 @@ __all__ = [
     "NoPeakFigureError",
     "UnknownChipError",
     "all_chips",
+    "as_chip",
     "chip_for_device_name",
     "device_peak_flops_per_second",
     "get_chip",
@@ -93,7 +96,7 @@ FIELD_LABELS: dict[str, str] = {
 }
 
 
-class UnknownChipError(ValueError):
+class UnknownChipError(InputError):
     """Raised by `get_chip` for a name that is neither a canonical name nor an alias."""
 
 
@@ -780,6 +783,20 @@ def get_chip(name: str) -> Chip:
             "(aliases such as 'v5e', 'tpu7x', 'ironwood' and 'h100' work too)"
         )
     return chip
+
+
+def as_chip(chip: object, *, argument: str = "chip", error: type[InputError] = InputError) -> Chip:
+    """`chip` if it is a `Chip`, the chip it names if it is a name (`get_chip`, whose
+    `UnknownChipError` is an `InputError` too), else `error` naming the argument: how the
+    calculators take a chip."""
+    if isinstance(chip, Chip):
+        return chip
+    if not isinstance(chip, str):
+        raise error(
+            f"{argument} must be a tpuready.hardware.Chip or a chip name such as 'v5e', got "
+            f"{chip!r} ({type(chip).__name__})"
+        )
+    return get_chip(chip)
 
 
 # The NVIDIA rows are the SXM boards; a name with one of these words is another form factor

@@ -40,7 +40,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tpuready.hardware import Chip, get_chip
+from tpuready.hardware import Chip, as_chip
+from tpuready.validate import InputError, number, one_of, whole_number
 
 __all__ = [
     "COLLECTIVES",
@@ -57,7 +58,7 @@ COLLECTIVES: tuple[str, ...] = ("all-gather", "reduce-scatter", "all-reduce", "a
 """The collectives the model prices, named as `CommDebugMode` and chapter 5 name them."""
 
 
-class IciModelError(ValueError):
+class IciModelError(InputError):
     """Raised for a collective, slice or mesh the model cannot price; the message says why."""
 
 
@@ -73,9 +74,9 @@ class TorusPiece:
 
     def __post_init__(self) -> None:
         for name in ("size", "stride"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise IciModelError(f"a torus piece needs a positive int {name}, got {value!r}")
+            whole_number(
+                f"TorusPiece {name}", getattr(self, name), fix="count chips", error=IciModelError
+            )
 
     def describe(self) -> str:
         """'16 (ring)', '4 (line)', '4 (ring, stride 4)'."""
@@ -98,12 +99,13 @@ class AxisLayout:
             isinstance(piece, TorusPiece) for piece in self.pieces
         ):
             raise IciModelError(f"pieces must be a tuple of TorusPiece, got {self.pieces!r}")
-        if isinstance(self.slices, bool) or not isinstance(self.slices, int) or self.slices < 1:
-            raise IciModelError(f"slices must be a positive int, got {self.slices!r}")
-        if not self.link_bytes_per_second > 0:
-            raise IciModelError(
-                f"link bandwidth must be positive, got {self.link_bytes_per_second!r}"
-            )
+        whole_number("slices", self.slices, fix="pass 1 for one slice", error=IciModelError)
+        number(
+            "link_bytes_per_second",
+            self.link_bytes_per_second,
+            fix="pass one link's one-way bandwidth (`Chip.ici_link_bytes_per_second`)",
+            error=IciModelError,
+        )
         if self.slices > 1 and not (self.dcn_bytes_per_second or 0) > 0:
             raise IciModelError(
                 f"an axis over {self.slices} slices needs a positive dcn_bytes_per_second, "
@@ -132,17 +134,18 @@ class AxisLayout:
 
 def _check_bytes(total_bytes: float) -> float:
     """`total_bytes` as a float, after refusing anything but a finite number >= 0."""
-    if isinstance(total_bytes, bool) or not isinstance(total_bytes, int | float):
-        raise IciModelError(f"total_bytes must be a number of bytes, got {total_bytes!r}")
-    if not math.isfinite(total_bytes) or total_bytes < 0:
-        raise IciModelError(f"total_bytes must be finite and >= 0, got {total_bytes!r}")
-    return float(total_bytes)
+    return number(
+        "total_bytes",
+        total_bytes,
+        fix="pass the bytes of the whole array",
+        allow_zero=True,
+        error=IciModelError,
+    )
 
 
 def _check_kind(kind: str) -> None:
     """Refuse a collective the model does not price, naming the ones it does."""
-    if kind not in COLLECTIVES:
-        raise IciModelError(f"unknown collective {kind!r}; use one of {list(COLLECTIVES)}")
+    one_of("kind", kind, COLLECTIVES, error=IciModelError)
 
 
 def _ici_gather_seconds(total_bytes: float, layout: AxisLayout) -> float:
@@ -179,6 +182,10 @@ def collective_seconds(kind: str, total_bytes: float, layout: AxisLayout) -> flo
     docstring). `total_bytes` is the whole array: gathered, unreduced, or all-to-all'd."""
     _check_kind(kind)
     total = _check_bytes(total_bytes)
+    if not isinstance(layout, AxisLayout):
+        raise IciModelError(
+            f"layout must be an AxisLayout, got {layout!r}: take one from layout_mesh(...)[axis]"
+        )
     if kind == "all-reduce":
         return 2 * collective_seconds("all-gather", total, layout)
     s = layout.slices
@@ -201,9 +208,9 @@ def bytes_received(kind: str, total_bytes: float, group_size: int) -> float:
     algorithms of chapter 5): the bill, independent of the topology."""
     _check_kind(kind)
     total = _check_bytes(total_bytes)
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise IciModelError(f"group_size must be a positive int, got {group_size!r}")
-    n = group_size
+    n = whole_number(
+        "group_size", group_size, fix="pass the ranks of the group", error=IciModelError
+    )
     factor = {
         "all-gather": (n - 1) / n,
         "reduce-scatter": (n - 1) / n,
@@ -215,7 +222,7 @@ def bytes_received(kind: str, total_bytes: float, group_size: int) -> float:
 
 def _resolve(chip: Chip | str) -> Chip:
     """The chip, by name or as given, after checking it is a TPU with a per-link figure."""
-    chip = get_chip(chip) if isinstance(chip, str) else chip
+    chip = as_chip(chip, error=IciModelError)
     if chip.ici_topology is None:
         raise IciModelError(f"{chip.name} is not a TPU on a torus; the ICI model is for TPUs")
     if chip.ici_link_bytes_per_second is None:
@@ -227,15 +234,15 @@ def _resolve(chip: Chip | str) -> Chip:
 
 def _check_shape(chip: Chip, slice_shape: Sequence[int]) -> tuple[int, ...]:
     """`slice_shape` as a tuple, after checking it has one positive side per dimension."""
-    shape = tuple(slice_shape)
-    if len(shape) != chip.torus_dimensions or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape
-    ):
-        raise IciModelError(
-            f"a {chip.name} slice is a {chip.ici_topology}: give {chip.torus_dimensions} "
-            f"positive int sizes, got {slice_shape!r}"
-        )
-    return shape
+    fix = f"a {chip.name} slice is a {chip.ici_topology}: give {chip.torus_dimensions} sides"
+    if isinstance(slice_shape, str) or not isinstance(slice_shape, Sequence):
+        raise IciModelError(f"slice_shape must be a sequence of sides, got {slice_shape!r}: {fix}")
+    if len(slice_shape) != chip.torus_dimensions:
+        raise IciModelError(f"slice_shape has {len(slice_shape)} sides, got {slice_shape!r}: {fix}")
+    return tuple(
+        whole_number(f"slice_shape[{index}]", side, fix=fix, error=IciModelError)
+        for index, side in enumerate(slice_shape)
+    )
 
 
 def layout_mesh(
@@ -255,10 +262,10 @@ def layout_mesh(
     shape = _check_shape(chip, slice_shape)
     sizes = dict(mesh)
     for name, size in sizes.items():
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise IciModelError(f"mesh axis {name!r} needs a positive int size, got {size!r}")
-    if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
-        raise IciModelError(f"slices must be a positive int, got {slices!r}")
+        sizes[name] = whole_number(
+            f"mesh[{name!r}]", size, fix="pass a positive axis size", error=IciModelError
+        )
+    slices = whole_number("slices", slices, fix="pass 1 for one slice", error=IciModelError)
     chips = math.prod(shape) * slices
     if math.prod(sizes.values()) != chips:
         raise IciModelError(
@@ -336,7 +343,12 @@ def _checked_extents(
     """`axis_shapes` after checking that it places every axis and fills the slice exactly."""
     extents: dict[str, list[int]] = {}
     for name, size in sizes.items():
-        given = list(axis_shapes.get(name, [1] * len(shape)))
+        given = [
+            whole_number(
+                f"axis_shapes[{name!r}][{dim}]", extent, fix="count chips", error=IciModelError
+            )
+            for dim, extent in enumerate(axis_shapes.get(name, [1] * len(shape)))
+        ]
         if len(given) != len(shape) or math.prod(given) != size:
             raise IciModelError(
                 f"axis_shapes[{name!r}] = {given} must give {len(shape)} extents whose product "
@@ -360,8 +372,9 @@ def default_slice_shape(chip: Chip | str, num_chips: int) -> tuple[int, ...]:
     """The most nearly square (2D) or cubic (3D) slice of `num_chips`, with sides that wrap
     around where the chip allows it: a modelling choice, not the shape a scheduler gives."""
     chip = _resolve(chip)
-    if isinstance(num_chips, bool) or not isinstance(num_chips, int) or num_chips < 1:
-        raise IciModelError(f"num_chips must be a positive int, got {num_chips!r}")
+    num_chips = whole_number(
+        "num_chips", num_chips, fix="pass the chips of one slice", error=IciModelError
+    )
     if chip.chips_per_pod is not None and num_chips > chip.chips_per_pod:
         raise IciModelError(
             f"{num_chips} chips exceed a {chip.name} pod ({chip.chips_per_pod}); plan several "

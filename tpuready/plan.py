@@ -49,7 +49,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuready.hardware import Chip, get_chip
+from tpuready.hardware import Chip, as_chip
 from tpuready.ici import (
     AxisLayout,
     IciModelError,
@@ -58,6 +58,7 @@ from tpuready.ici import (
     default_slice_shape,
     layout_mesh,
 )
+from tpuready.validate import InputError, whole_number
 
 __all__ = [
     "AXES",
@@ -82,14 +83,20 @@ BYTES_PER_PARAM_STATE: dict[str, int] = {
 }
 
 
-class PlanError(ValueError):
+class PlanError(InputError):
     """Raised for a mesh, model or batch that cannot form a plan; the message names the value."""
 
 
 def shard_len(length: int, *ways: int) -> int:
     """Length of the largest shard (rank 0's) after splitting `length` `ways[0]` ways, then that
     shard `ways[1]` ways, and so on: `torch.chunk`'s ceil division, as DTensor shards."""
-    for count in ways:
+    length = whole_number(
+        "length", length, fix="pass a dimension size such as 4096", error=PlanError
+    )
+    for index, count in enumerate(ways):
+        count = whole_number(
+            f"ways[{index}]", count, fix="pass a mesh axis size such as 8", error=PlanError
+        )
         length = -(-length // count)
     return length
 
@@ -123,9 +130,12 @@ class ModelConfig:
             "expert_ffn_size",
             "vocab_size",
         ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise PlanError(f"{self.name}: {name} must be a positive int, got {value!r}")
+            whole_number(
+                f"{self.name}: {name}",
+                getattr(self, name),
+                fix="read it from the model's config.json",
+                error=PlanError,
+            )
         if self.num_heads % self.num_kv_heads:
             raise PlanError(
                 f"{self.name}: num_heads={self.num_heads} is not a multiple of "
@@ -312,13 +322,21 @@ class Plan:
 
 def _check_mesh(mesh: Mapping[str, int], num_chips: int) -> dict[str, int]:
     """All four axes with their sizes (1 where absent), after checking names and sizes."""
+    if not isinstance(mesh, Mapping):
+        raise PlanError(
+            f"mesh must be a mapping of axis names to sizes, got {mesh!r}: pass e.g. "
+            "{'fsdp': 256, 'expert': 32}"
+        )
     unknown = sorted(set(mesh) - set(AXES))
     if unknown:
         raise PlanError(f"unknown mesh axes {unknown}; use names from {list(AXES)}")
-    for name, size in mesh.items():
-        if not isinstance(size, int) or size < 1:
-            raise PlanError(f"mesh axis {name!r} must have a positive int size, got {size!r}")
-    full = {name: int(mesh.get(name, 1)) for name in AXES}
+    sizes = {
+        name: whole_number(
+            f"mesh[{name!r}]", size, fix="pass a positive axis size", error=PlanError
+        )
+        for name, size in mesh.items()
+    }
+    full = {name: sizes.get(name, 1) for name in AXES}
     if math.prod(full.values()) != num_chips:
         raise PlanError(
             f"mesh {dict(mesh)} has {math.prod(full.values())} chips, "
@@ -395,12 +413,20 @@ def make_plan(
     training step of `global_batch` sequences of `seq_len` tokens, on `slices` slices of
     `slice_shape` chips (default: `tpuready.ici.default_slice_shape`), the mesh laid on them by
     `tpuready.ici.layout_mesh` (`axis_shapes` as there; models: the module docstring)."""
-    chip = get_chip(chip) if isinstance(chip, str) else chip
+    chip = as_chip(chip, error=PlanError)
+    num_chips = whole_number(
+        "num_chips", num_chips, fix="pass the world size, such as 8192", error=PlanError
+    )
+    global_batch = whole_number(
+        "global_batch", global_batch, fix="pass the sequences per step", error=PlanError
+    )
+    seq_len = whole_number("seq_len", seq_len, fix="pass the tokens per sequence", error=PlanError)
+    if not isinstance(recompute, bool):
+        raise PlanError(f"recompute must be True or False, got {recompute!r}")
     full_mesh = _check_mesh(mesh, num_chips)
     try:
         if slice_shape is None:
-            if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
-                raise IciModelError(f"slices must be a positive int, got {slices!r}")
+            slices = whole_number("slices", slices, fix="pass 1 for one slice", error=IciModelError)
             slice_shape = default_slice_shape(chip, num_chips // slices)
         layouts = layout_mesh(chip, full_mesh, slice_shape, slices=slices, axis_shapes=axis_shapes)
     except IciModelError as error:
@@ -417,13 +443,11 @@ def make_plan(
             f"num_experts={model.num_experts} of {model.name} is not divisible by expert={expert}"
         )
     batch_ways = data * fsdp * expert
-    if global_batch < 1 or global_batch % batch_ways:
+    if global_batch % batch_ways:
         raise PlanError(
             f"global_batch={global_batch} sequences is not a positive multiple of "
             f"data x fsdp x expert = {batch_ways}"
         )
-    if seq_len < 1:
-        raise PlanError(f"seq_len must be positive, got {seq_len}")
 
     groups = _param_groups(model, full_mesh)
     params = groups["dense"] + groups["experts"] + groups["replicated"]

@@ -17,11 +17,11 @@ bandwidth measured in the notebook.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
-from tpuready.hardware import Chip, get_chip
+from tpuready.hardware import Chip, as_chip
+from tpuready.validate import InputError, number, one_of, whole_number
 
 __all__ = [
     "AttentionVariant",
@@ -47,29 +47,18 @@ AttentionVariant = Literal["flash", "naive"]
 ATTENTION_VARIANTS: tuple[str, ...] = ("flash", "naive")
 
 
-class RooflineError(ValueError):
+class RooflineError(InputError):
     """Raised for a size, rate or fraction that no kernel or chip can have."""
 
 
 def _positive_number(name: str, value: object) -> float:
     """`value` as a float after checking it is a finite number above zero."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RooflineError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
-    if not math.isfinite(value) or value <= 0:
-        raise RooflineError(f"{name} must be a finite number above zero, got {value!r}")
-    return float(value)
+    return number(name, value, fix="pass a rate, size or count above zero", error=RooflineError)
 
 
 def _positive_count(name: str, value: object) -> int:
     """`value` after checking it is a whole number of at least one (a size or a count)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RooflineError(
-            f"{name} must be a whole number (a size or a count), got {value!r} "
-            f"({type(value).__name__})"
-        )
-    if value < 1:
-        raise RooflineError(f"{name} must be at least 1, got {value}")
-    return value
+    return whole_number(name, value, fix="pass a size or a count such as 4096", error=RooflineError)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,10 +84,7 @@ def matmul_intensity(m: int, k: int, n: int, bytes_per_element: float) -> float:
 
 
 def _check_variant(variant: str) -> None:
-    if variant not in ATTENTION_VARIANTS:
-        raise RooflineError(
-            f"attention variant must be one of {list(ATTENTION_VARIANTS)}, got {variant!r}"
-        )
+    one_of("variant", variant, ATTENTION_VARIANTS, error=RooflineError)
 
 
 def attention_flops(batch: int, heads: int, seq_len: int, head_dim: int) -> int:
@@ -207,7 +193,10 @@ class Roofline:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise RooflineError(f"name must be a non-empty string, got {self.name!r}")
+            raise RooflineError(
+                f"name must be a non-empty string, got {self.name!r}: name the processor, "
+                "such as 'this CPU'"
+            )
         _positive_number("peak_flops_per_second", self.peak_flops_per_second)
         _positive_number("bytes_per_second", self.bytes_per_second)
 
@@ -216,9 +205,7 @@ class Roofline:
         """A chip's roofline from `tpuready.hardware`: its peak dense bf16 FLOP/s and HBM
         bandwidth, per chip (on TPU v7 each of the two devices has half of both, so the ridge
         point is the same)."""
-        chip = get_chip(chip) if isinstance(chip, str) else chip
-        if not isinstance(chip, Chip):
-            raise RooflineError(f"expected a tpuready.hardware.Chip or its name, got {chip!r}")
+        chip = as_chip(chip, error=RooflineError)
         return cls(chip.name, chip.peak_bf16_flops_per_second, chip.hbm_bytes_per_second)
 
     @property
