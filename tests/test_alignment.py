@@ -16,15 +16,22 @@ from hypothesis import strategies as st
 from tpuready import hardware
 from tpuready.alignment import (
     COMMON_DIMENSIONS,
+    LANES,
     RULES_OF_THUMB,
+    STREAMED_ROWS,
+    SUBLANES,
     cheat_sheet_markdown,
+    layout_padded_shape,
+    layout_utilization,
     matmul_tile_utilization,
     mxu_tile,
     padded_dims,
     recommend_padding,
     round_up,
+    streamed_utilization,
     tile_utilization,
 )
+from tpuready.roofline import Roofline
 
 CHEAT_SHEET = REPOSITORY / "book" / "hardware-alignment-cheat-sheet.md"
 # Properties are about values, not speed: no per-example wall-clock deadline.
@@ -69,12 +76,31 @@ def test_tile_utilization_by_hand(dim: int, tile: int, expected: float) -> None:
     assert tile_utilization(dim, tile) == pytest.approx(expected, rel=1e-15)
 
 
-def test_matmul_utilization_multiplies_the_three_dimensions() -> None:
+def test_matmul_utilization_streams_m_in_8_rows_and_tiles_k_and_n() -> None:
     # Attention scores with head dim 64 on a 256 tile: 4096 x 64 x 4096 -> 1 * 1/4 * 1.
     assert matmul_tile_utilization(4096, 64, 4096, 256) == 0.25
-    # 257 on every side of a 256 tile: (257 / 512) ** 3, about 12.6 %.
-    assert matmul_tile_utilization(257, 257, 257, 256) == pytest.approx((257 / 512) ** 3)
-    assert matmul_tile_utilization(100, 256, 512, 128) == pytest.approx(100 / 128)
+    # 257 on every side of a 256 tile: 257 rows stream as 264, k and n take two tiles each.
+    assert matmul_tile_utilization(257, 257, 257, 256) == pytest.approx(
+        (257 / 264) * (257 / 512) ** 2
+    )
+    # Decoding 100 tokens: 104 streamed rows, whatever the tile (not 100 / 128 or 100 / 256).
+    assert matmul_tile_utilization(100, 256, 512, 128) == pytest.approx(100 / 104)
+    assert matmul_tile_utilization(100, 256, 512, 256) == pytest.approx(100 / 104)
+
+
+def test_streamed_rows_count_in_eights() -> None:
+    assert STREAMED_ROWS == 8
+    assert streamed_utilization(8) == streamed_utilization(4096) == 1.0
+    assert streamed_utilization(100) == 100 / 104
+    assert streamed_utilization(1) == 1 / 8
+
+
+def test_layout_pads_the_last_two_dimensions_to_8_by_128() -> None:
+    assert (SUBLANES, LANES) == (8, 128)
+    assert layout_padded_shape(100, 64) == (104, 128)
+    assert layout_padded_shape(100, 64, rows_per_sublane=2) == (112, 128)
+    assert layout_utilization(8, 128) == 1.0
+    assert layout_utilization(100, 64) == pytest.approx(100 * 64 / (104 * 128))
 
 
 def test_recommend_padding_for_qwen3_vocabulary_on_v7() -> None:
@@ -142,7 +168,12 @@ def test_utilization_is_below_one_off_the_multiples(dim: int, tile: int) -> None
 @given(sizes, sizes, sizes, tiles)
 def test_matmul_utilization_is_at_most_each_factor(m: int, k: int, n: int, tile: int) -> None:
     whole = matmul_tile_utilization(m, k, n, tile)
-    assert 0 < whole <= min(tile_utilization(d, tile) for d in (m, k, n))
+    factors = (streamed_utilization(m), tile_utilization(k, tile), tile_utilization(n, tile))
+    assert 0 < whole <= min(factors)
+    assert whole == pytest.approx(math.prod(factors))
+    # Streaming in 8 rows never wastes more than padding m to a whole tile of 8 or more.
+    if tile >= STREAMED_ROWS and tile % STREAMED_ROWS == 0:
+        assert streamed_utilization(m) >= tile_utilization(m, tile)
 
 
 @no_deadline
@@ -235,14 +266,33 @@ def test_cheat_sheet_follows_the_table_when_a_tile_changes(monkeypatch) -> None:
 def test_cheat_sheet_shows_each_common_dimension_with_its_utilisation() -> None:
     page = cheat_sheet_markdown()
     for kind, size, example in COMMON_DIMENSIONS:
-        on_256 = f"{tile_utilization(size, 256):.2%}".replace("%", " %")
-        if on_256 == "100.00 %" and size % 256:
+        share = streamed_utilization(size) if kind == "tokens per chip" else None
+        on_256 = f"{share or tile_utilization(size, 256):.2%}".replace("%", " %")
+        if on_256 == "100.00 %" and share is None and size % 256:
             on_256 = ">99.99 %"
         assert f"| {kind} | {size:,} | {example} |" in page
         row = next(line for line in page.splitlines() if f"| {size:,} | {example} |" in line)
         assert on_256 in row
-    assert "| vocabulary | 151,936 | Qwen3 | 100.00 % | 99.92 % | 152,064 |" in page
-    assert "| head dim | 64 | GPT-2, Qwen2.5-0.5B | 50.00 % | 25.00 % | 256 |" in page
+    assert (
+        "| vocabulary | 151,936 | Qwen3 | weight, whole tiles | 100.00 % | 99.92 % | "
+        "pad in the weights to 152,064 |"
+    ) in page
+    decode = next(line for line in page.splitlines() if "| decoding 100 sequences" in line)
+    assert "| 96.15 % | 96.15 % |" in decode and "memory-bound on every TPU" in decode
+    # No head-dim row advises padding a head dim: 128 to 256 would only add zeros.
+    for line in page.splitlines():
+        if line.startswith("| head dim |"):
+            assert "keep it" in line and "pad in the weights" not in line, line
+
+
+def test_cheat_sheet_lists_the_fewest_tokens_per_chip_from_each_ridge_point() -> None:
+    page = cheat_sheet_markdown()
+    for chip in hardware.all_chips():
+        if chip.matrix_unit_shape is None:
+            assert f"| {chip.name} | {chip.ridge_point_flops_per_byte:,.0f} |" not in page
+            continue
+        fewest = Roofline.from_chip(chip).min_tokens_for_compute_bound(8_192, 8_192)
+        assert f"| {chip.name} | {chip.ridge_point_flops_per_byte:,.0f} | {fewest:,} |" in page
 
 
 def test_every_rule_of_thumb_has_an_https_source_on_the_page() -> None:
@@ -250,7 +300,7 @@ def test_every_rule_of_thumb_has_an_https_source_on_the_page() -> None:
     for _rule, title, url in RULES_OF_THUMB:
         assert url.startswith("https://")
         assert f"[{title}]({url})" in page
-    for topic in ("multiple of 128", "60 %", "accumulate in float32", "float64"):
+    for topic in ("multiples of 128", "60 %", "accumulate in float32", "float64", "8 rows"):
         assert topic in page, topic
 
 

@@ -332,3 +332,32 @@ def test_mfu_of_a_planned_step_matches_the_plan() -> None:
     total_peak = ANNOUNCED_CHIPS * plan.chip.peak_bf16_flops_per_second
     ours = mfu(plan.model_flops_per_step, plan.step_seconds, total_peak)
     assert math.isclose(ours, plan.mfu, rel_tol=1e-12)
+
+
+@given(
+    k=st.integers(min_value=64, max_value=20_000),
+    n=st.integers(min_value=64, max_value=20_000),
+    chip=st.sampled_from(["v4", "v5e", "v5p", "v6e", "v7", "h100"]),
+)
+def test_min_tokens_for_compute_bound_is_the_first_m_at_the_ridge(k: int, n: int, chip: str):
+    line = Roofline.from_chip(chip)
+    ridge = line.ridge_point_flops_per_byte
+    try:
+        fewest = line.min_tokens_for_compute_bound(k, n)
+    except RooflineError as error:
+        # Only a weight too small to reach the ridge even with infinitely many tokens.
+        assert 2 * k * n / (2 * (k + n)) <= ridge, error
+        return
+    assert matmul_intensity(fewest, k, n, 2) >= ridge * (1 - 1e-12)
+    if fewest > 1:
+        assert matmul_intensity(fewest - 1, k, n, 2) < ridge
+
+
+def test_min_tokens_for_a_large_weight_is_about_the_ridge_point():
+    for chip in ("v5e", "v6e", "v7"):
+        line = Roofline.from_chip(chip)
+        fewest = line.min_tokens_for_compute_bound(2**20, 2**20)
+        # m = R k n / (k n - R (k + n)) = R (1 + 2 R / k + ...) for k = n: just above R.
+        assert line.ridge_point_flops_per_byte <= fewest <= line.ridge_point_flops_per_byte * 1.01
+    with pytest.raises(RooflineError, match="never reaches"):
+        Roofline.from_chip("v6e").min_tokens_for_compute_bound(256, 256)

@@ -1,15 +1,26 @@
-"""How well a dimension fills a TPU's matrix unit (MXU), and the Hardware Alignment Cheat Sheet.
+"""How well a matmul's dimensions fill a TPU's matrix unit (MXU), and the Hardware Alignment
+Cheat Sheet.
 
-Taught in `notebooks/13_hardware_friendly_dimensions.ipynb`. The MXU multiplies in square tiles
-(`Chip.matrix_unit_shape` in `tpuready.hardware`: 128x128 up to v5, 256x256 on v6e and v7), so a
-dimension that is not a whole number of tiles is padded, and the padding is computed for nothing.
+Taught in `notebooks/13_hardware_friendly_dimensions.ipynb`. The MXU is a square systolic array
+(`Chip.matrix_unit_shape` in `tpuready.hardware`: 128x128 up to v5, 256x256 on v6e and v7).
+For a matmul (m, k) @ (k, n) it holds a tile of the weight (k rows, n columns) and streams the
+m rows of activations through it, 8 rows at a time: the Scaling Book ("How to Think About
+TPUs") describes one bf16[8, 128] @ bf16[128, 128] -> f32[8, 128] product every 8 cycles.
 
-The utilisation model, per dimension: `dim / (ceil(dim / tile) * tile)`, the useful share of the
-padded size. For a matmul (m, k) @ (k, n) on a square tile the model multiplies the three
-per-dimension utilisations. That is a simplification: which dimensions the compiler (XLA) maps
-onto the array, and how finely it pads the dimension it streams through the array, are its
-choices, not this model's; read the figures as the share of tile work that is useful if every
-dimension is padded to whole tiles, not as a measured MXU utilisation.
+The utilisation model, then:
+
+- a weight dimension (k or n) is padded to whole tiles: `dim / (ceil(dim / tile) * tile)`
+  (`tile_utilization`);
+- the streamed dimension (m, the tokens) is padded to whole groups of 8 rows
+  (`streamed_utilization`): 100 tokens stream as 104 rows, 96 % useful;
+- a matmul multiplies the three (`matmul_tile_utilization`).
+
+That is a model of the tile work, not a measured MXU utilisation: which operand the compiler
+(XLA) holds in the array is its choice, and a step with few tokens is limited by memory
+bandwidth long before the tiles matter (`tpuready.roofline`; chapter 15). Arrays are also laid
+out in memory in tiles of 8 x 128 32-bit values, the last dimension on 128 lanes and the
+second-to-last on 8 sublanes (`layout_padded_shape`); a dimension that is not a multiple takes
+the padded size in HBM too.
 
 `python -m tpuready.alignment` prints the cheat sheet page; `book/hardware-alignment-cheat-sheet.md`
 is exactly that output.
@@ -21,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tpuready import hardware
+from tpuready.roofline import Roofline
 from tpuready.validate import InputError, whole_number
 
 __all__ = [
@@ -29,15 +41,30 @@ __all__ = [
     "AlignmentError",
     "PaddingAdvice",
     "cheat_sheet_markdown",
+    "layout_padded_shape",
+    "layout_utilization",
     "matmul_tile_utilization",
     "mxu_tile",
     "padded_dims",
     "recommend_padding",
     "round_up",
+    "streamed_utilization",
     "tile_utilization",
 ]
 
 CHEAT_SHEET_COMMAND = "python -m tpuready.alignment > book/hardware-alignment-cheat-sheet.md"
+
+_SCALING_BOOK_TPUS = "https://jax-ml.github.io/scaling-book/tpus/"
+_PALLAS_TPU_DETAILS = "https://docs.jax.dev/en/latest/pallas/tpu/details.html"
+
+STREAMED_ROWS = 8
+"""Rows of activations the MXU takes per step: one bf16[8, 128] @ bf16[128, 128] product every
+8 cycles (the Scaling Book, "How to Think About TPUs", `_SCALING_BOOK_TPUS`)."""
+
+SUBLANES, LANES = 8, 128
+"""A TPU vector register and memory tile: 8 sublanes x 128 lanes of 32-bit values, so an
+array's last two dimensions are padded to multiples of 8 and 128 (JAX's Pallas TPU guide,
+`_PALLAS_TPU_DETAILS`). Narrower dtypes pack several rows into a sublane (bf16: two)."""
 
 
 class AlignmentError(InputError):
@@ -66,16 +93,39 @@ def tile_utilization(dim: int, tile: int) -> float:
     return dim / round_up(dim, tile)
 
 
-def matmul_tile_utilization(m: int, k: int, n: int, tile: int) -> float:
-    """Model: the useful share of the tile work of an (m, k) @ (k, n) matmul on a square tile.
+def streamed_utilization(rows: int) -> float:
+    """The useful share of `rows` activations streamed through the MXU in groups of
+    `STREAMED_ROWS` (8): rows / (ceil(rows / 8) * 8); 100 tokens stream as 104 rows."""
+    _check_positive_int("rows", rows, "pass the tokens (rows) of a matmul, such as 100")
+    return rows / round_up(rows, STREAMED_ROWS)
 
-    The product of the three per-dimension utilisations, as if the compiler padded every
-    dimension to whole tiles. A simplification: a real compiler chooses which dimensions map
-    onto the array and may pad the streamed one more finely, so treat it as a model.
+
+def matmul_tile_utilization(m: int, k: int, n: int, tile: int) -> float:
+    """Model: the useful share of the MXU work of an (m, k) @ (k, n) matmul on a square tile.
+
+    The weight (k, n) sits in the array in whole tiles and the m rows stream through it in
+    groups of 8: streamed_utilization(m) * tile_utilization(k) * tile_utilization(n). Which
+    operand XLA holds in the array is its choice; this model holds the weight, as for a layer.
     """
     for name, value in (("m", m), ("k", k), ("n", n)):
         _check_positive_int(name, value, "pass a matmul dimension such as 4096")
-    return tile_utilization(m, tile) * tile_utilization(k, tile) * tile_utilization(n, tile)
+    return streamed_utilization(m) * tile_utilization(k, tile) * tile_utilization(n, tile)
+
+
+def layout_padded_shape(rows: int, columns: int, rows_per_sublane: int = 1) -> tuple[int, int]:
+    """The last two dimensions of an array as a TPU lays them out: columns on 128 lanes,
+    rows on 8 sublanes (`rows_per_sublane` 2 for bf16, which packs two rows per sublane)."""
+    _check_positive_int("rows", rows, "pass the second-to-last dimension")
+    _check_positive_int("columns", columns, "pass the last dimension")
+    _check_positive_int("rows_per_sublane", rows_per_sublane, "1 for 32-bit values, 2 for bf16")
+    return round_up(rows, SUBLANES * rows_per_sublane), round_up(columns, LANES)
+
+
+def layout_utilization(rows: int, columns: int, rows_per_sublane: int = 1) -> float:
+    """The share of its laid-out memory an array's last two dimensions use: a [.., 100, 64]
+    float32 array occupies [.., 104, 128], 48 % useful."""
+    padded_rows, padded_columns = layout_padded_shape(rows, columns, rows_per_sublane)
+    return rows * columns / (padded_rows * padded_columns)
 
 
 def mxu_tile(chip_name: str) -> int:
@@ -161,9 +211,9 @@ COMMON_DIMENSIONS: tuple[tuple[str, int, str], ...] = (
     ("FFN width", 1_536, "one Qwen3-235B-A22B expert"),
     ("FFN width", 11_008, "Llama 2 7B"),
     ("FFN width", 14_336, "Llama 3 8B"),
-    ("tokens per batch", 100, "decoding 100 sequences, one token each"),
-    ("tokens per batch", 4_096, "8 sequences of 512"),
-    ("tokens per batch", 8_000, "8 sequences of 1,000"),
+    ("tokens per chip", 100, "decoding 100 sequences, one token each"),
+    ("tokens per chip", 4_096, "8 sequences of 512"),
+    ("tokens per chip", 8_000, "8 sequences of 1,000"),
 )
 
 _TORCHTPU_DOCS = "https://torchtpu.readthedocs.io/"
@@ -180,11 +230,31 @@ _RESIZE_DOCS = (
 # (rule, source title, source URL).
 RULES_OF_THUMB: tuple[tuple[str, str, str], ...] = (
     (
-        "Make every dimension you choose (hidden size, FFN width, head dim x heads, tokens per "
-        "batch) a multiple of 128, the MXU tile up to v5; a multiple of 256 fills the 256x256 "
-        "tile of v6e and v7 as well.",
+        "Make the weight dimensions you choose (hidden size, FFN width, heads x head dim) "
+        "multiples of 128, the MXU tile up to v5; a multiple of 256 fills the 256x256 tile of "
+        "v6e and v7 as well. TorchTPU's guide also says to pad token counts to multiples of "
+        "128: the MXU itself streams tokens 8 rows at a time, so what 128 buys is the lane "
+        "layout where a sequence length is a last dimension (attention scores) and the "
+        "buckets of bounded dynamism.",
         "TorchTPU 0.2.0 documentation, shapes and alignment",
         _TORCHTPU_DOCS,
+    ),
+    (
+        "The MXU holds a weight tile and streams activations through it, one bf16[8, 128] @ "
+        "bf16[128, 128] product every 8 cycles: a token count that is a multiple of 8 fills "
+        "the streamed rows. An array's last two dimensions are laid out on 8 sublanes x 128 "
+        "lanes (32-bit values), so a last dimension of 64 takes the memory of 128.",
+        "How to Scale Your Model (the Scaling Book), 'How to Think About TPUs'; JAX, Pallas "
+        "TPU guide",
+        _SCALING_BOOK_TPUS,
+    ),
+    (
+        "Give each chip at least its ridge point in tokens per matmul (the table above): "
+        "below it a step is memory-bound, its time the weight bytes over the HBM bandwidth, "
+        "and a fuller tile does not make it faster. Decoding a few sequences is always there; "
+        "batch more sequences per chip, not wider tiles.",
+        "How to Scale Your Model (the Scaling Book), 'All About Rooflines'",
+        "https://jax-ml.github.io/scaling-book/roofline/",
     ),
     (
         "Aim for more than 60 % MXU utilisation in the profiler; when it is low, pad dimensions "
@@ -202,8 +272,10 @@ RULES_OF_THUMB: tuple[tuple[str, str, str], ...] = (
         _BFLOAT16_BLOG,
     ),
     (
-        "Keep float64 off the TPU: the MXU multiplies bf16, and TPUs do not support many 64-bit "
-        "operations. It usually arrives from NumPy (`torch.from_numpy` of a float64 array).",
+        "Keep float64 off the TPU. The MXU multiplies bf16; XLA runs 64-bit types on a TPU by "
+        "rewriting them into 32-bit operations, which is slow, and fails to compile an "
+        "operation it has no rewrite for (JAX issues 11831, sort, and 30629, nextafter). It "
+        "usually arrives from NumPy (`torch.from_numpy` of a float64 array).",
         "JAX issue 19769, a JAX maintainer: 'TPU does not have support for many 64-bit operations'",
         _JAX_FLOAT64_ISSUE,
     ),
@@ -247,16 +319,89 @@ def _percent(value: float) -> str:
     return text.replace("%", " %")
 
 
+_STREAMED_KINDS = ("tokens per chip",)
+_VLLM_TPU_ATTENTION = "https://docs.vllm.ai/en/v0.10.0/api/vllm/v1/attention/backends/pallas.html"
+
+
+def _advice(kind: str, size: int) -> str:
+    """What to do with a dimension of this kind and size, for the cheat sheet's last column."""
+    padded = round_up(size, 256)
+    if kind in _STREAMED_KINDS:
+        rows = (
+            f"streams as {round_up(size, STREAMED_ROWS):,} rows"
+            if size % STREAMED_ROWS
+            else "fills the streamed rows"
+        )
+        fewest = [
+            Roofline.from_chip(chip).min_tokens_for_compute_bound(8_192, 8_192)
+            for chip in hardware.all_chips()
+            if chip.matrix_unit_shape is not None
+        ]
+        if size < min(fewest):
+            return f"{rows}; memory-bound on every TPU"
+        if size >= max(fewest):
+            return f"{rows}; compute-bound on every TPU"
+        return f"{rows}; compute-bound only where it clears the ridge point"
+    if kind == "head dim":
+        if size % LANES:
+            return (
+                f"keep it; the 128-lane layout stores it as {round_up(size, LANES)} "
+                "(vLLM's TPU KV cache pads it the same way)"
+            )
+        if size % 256:
+            return "keep it: padding to 256 adds only zeros to compute"
+        return "fills both"
+    if padded == size:
+        return "fills both"
+    if kind == "vocabulary":
+        return f"pad in the weights to {padded:,}"
+    return f"compiler pads to {padded:,} (same tiles); a multiple of 256 for a new model"
+
+
 def _dimension_rows() -> list[str]:
     rows = [
-        "| Dimension | Size | Example | On a 128 tile | On a 256 tile | Size padded to 256 |",
-        "|---|---|---|---|---|---|",
+        "| Dimension | Size | Example | Held as | On a 128 MXU | On a 256 MXU | Advice |",
+        "|---|---|---|---|---|---|---|",
     ]
     for kind, size, example in COMMON_DIMENSIONS:
-        cells = [_percent(tile_utilization(size, tile)) for tile in _TILES]
-        padded = round_up(size, 256)
-        padded_cell = "already a multiple" if padded == size else f"{padded:,}"
-        rows.append(f"| {kind} | {size:,} | {example} | {' | '.join(cells)} | {padded_cell} |")
+        if kind in _STREAMED_KINDS:
+            held = "streamed, 8 rows"
+            cells = [_percent(streamed_utilization(size))] * len(_TILES)
+        elif kind == "head dim":
+            held = "k of the scores, whole tiles"
+            cells = [_percent(tile_utilization(size, tile)) for tile in _TILES]
+        else:
+            held = "weight, whole tiles"
+            cells = [_percent(tile_utilization(size, tile)) for tile in _TILES]
+        rows.append(
+            f"| {kind} | {size:,} | {example} | {held} | {' | '.join(cells)} | "
+            f"{_advice(kind, size)} |"
+        )
+    return rows
+
+
+# The weights whose minimum tokens the cheat sheet lists: (label, k, n).
+_TOKEN_WEIGHTS: tuple[tuple[str, int, int], ...] = (
+    ("8,192 x 8,192 weight", 8_192, 8_192),
+    ("4,096 x 1,536 (one Qwen3-235B-A22B expert)", 4_096, 1_536),
+)
+
+
+def _token_rows() -> list[str]:
+    """Per TPU: the ridge point and the fewest bf16 tokens per chip that reach it."""
+    header = " | ".join(label for label, _, _ in _TOKEN_WEIGHTS)
+    rows = [
+        f"| Chip | Ridge point (FLOPs per byte) | {header} |",
+        "|---|---|" + "---|" * len(_TOKEN_WEIGHTS),
+    ]
+    for chip in hardware.all_chips():
+        if chip.matrix_unit_shape is None:
+            continue
+        line = Roofline.from_chip(chip)
+        cells = [f"{line.min_tokens_for_compute_bound(k, n):,}" for _, k, n in _TOKEN_WEIGHTS]
+        rows.append(
+            f"| {chip.name} | {line.ridge_point_flops_per_byte:,.0f} | {' | '.join(cells)} |"
+        )
     return rows
 
 
@@ -277,15 +422,19 @@ def cheat_sheet_markdown() -> str:
     qwen_advice = recommend_padding(151_936, 256)
     gpt2_advice = recommend_padding(50_257, 256)
     head_64 = matmul_tile_utilization(4_096, 64, 4_096, 256)
+    decode = streamed_utilization(100)
     lines = [
         "# Hardware alignment cheat sheet",
         "",
-        "A TPU's matrix unit (MXU) multiplies in square tiles: "
-        f"{tile_summary}. A dimension that is not a whole number of tiles is padded, and the "
-        "padding is computed for nothing. This page gives each chip's tile, the share of tile "
-        "work that common model dimensions make useful, and the rules of thumb with their "
-        "sources. [Chapter 13](../notebooks/13_hardware_friendly_dimensions.ipynb) teaches "
-        "all of it; the chips' other figures are on the "
+        "A TPU's matrix unit (MXU) is a square systolic array: "
+        f"{tile_summary}. It holds a tile of a weight and streams the activations through it, "
+        f"{STREAMED_ROWS} rows at a time. A weight dimension that is not a whole number of "
+        "tiles is padded, and a token count that is not a multiple of 8 streams padded rows; "
+        "the padding is computed for nothing. This page gives each chip's tile, the share of "
+        "the work that common model dimensions make useful, how many tokens per chip a matmul "
+        "needs to be compute-bound at all, and the rules of thumb with their sources. "
+        "[Chapter 13](../notebooks/13_hardware_friendly_dimensions.ipynb) teaches all of it; "
+        "the chips' other figures are on the "
         "[hardware figures](../notebooks/reference_hardware.ipynb) page.",
         "",
         "```{note}",
@@ -303,41 +452,56 @@ def cheat_sheet_markdown() -> str:
         "",
         "## The utilisation model",
         "",
-        "For one dimension padded to whole tiles:",
+        "A weight dimension $d$ (the $k$ or $n$ of a matmul $(m, k) \\times (k, n)$) padded "
+        "to whole tiles of side $T$, and the $m$ streamed rows padded to groups of 8:",
         "",
-        "$$\\text{utilisation}(d, T) = \\frac{d}{\\lceil d / T \\rceil \\, T}$$",
+        "$$u(d, T) = \\frac{d}{\\lceil d / T \\rceil \\, T}, \\qquad "
+        "u_8(m) = \\frac{m}{\\lceil m / 8 \\rceil \\, 8}$$",
         "",
-        "and for a matmul $(m, k) \\times (k, n)$ on a $T \\times T$ tile, the model multiplies "
-        "the three: $u(m, T)\\,u(k, T)\\,u(n, T)$. This is a model, not a measurement: which "
-        "dimensions the compiler maps onto the array, and how finely it pads the dimension it "
-        "streams through it, are XLA's choices. Read it as the share of tile work that is "
-        f"useful if every dimension is padded to whole tiles. For example, attention scores "
-        f"with a head dim of 64 contract over 64 of a 256 tile's rows: "
-        f"`matmul_tile_utilization(4096, 64, 4096, 256)` = {head_64:.0%}, unless the compiler "
-        "packs several heads into one tile.",
+        "and for the matmul, with the weight held in the array, $u_8(m)\\,u(k, T)\\,u(n, T)$. "
+        "This is a model, not a measurement: which operand the compiler (XLA) holds in the "
+        "array is its choice. Decoding 100 sequences streams 104 rows, "
+        f"{decode:.0%} useful, and is still slow: it is memory-bound (next section). Attention "
+        "scores with a head dim of 64 contract over 64 of a 256 array's rows: "
+        f"`matmul_tile_utilization(4096, 64, 4096, 256)` = {head_64:.0%} in the model.",
         "",
         "```python",
-        "from tpuready.alignment import recommend_padding, tile_utilization",
+        "from tpuready.alignment import recommend_padding, streamed_utilization, tile_utilization",
         "",
         f"tile_utilization(50_257, 256)  # {tile_utilization(50_257, 256):.4f}",
+        f"streamed_utilization(100)  # {decode:.4f}",
         "print(recommend_padding(151_936, 256))",
         f"# {qwen_advice}",
         "print(recommend_padding(50_257, 256))",
         f"# {gpt2_advice}",
         "```",
         "",
+        "## Tokens per chip for a compute-bound matmul",
+        "",
+        "A bf16 matmul of $m$ tokens with a $(k, n)$ weight does $2mkn$ FLOPs and moves "
+        "$2(mk + kn + mn)$ bytes; it is compute-bound once that ratio reaches the chip's ridge "
+        "point (peak bf16 FLOP/s over HBM bandwidth, from the hardware table). For a large "
+        "weight the ratio is about $m$, so the fewest tokens per chip is about the ridge point "
+        "itself. Below it the step is memory-bound, whatever the tiles: "
+        "`Roofline.from_chip(chip).min_tokens_for_compute_bound(k, n)` computes it, and "
+        "[chapter 15](../notebooks/15_rooflines_mfu_and_profiling.ipynb) draws the rooflines.",
+        "",
+        *_token_rows(),
+        "",
         "## Common dimensions on 128 and 256 tiles",
         "",
         "Model figures from each model's published `config.json`. A vocabulary is set by the "
         "tokenizer: padding it adds rows that no real token uses (mask their logits), and in "
         "the model the tile work stays the same; what padding buys is a shape the compiler "
-        "need not pad at every step and one that shards evenly. The dimensions you choose "
-        "(hidden size, FFN width, tokens per batch) turn the padding into useful work when "
-        "they are multiples. The head-dim rows are the worst case: a compiler can place "
-        "several heads side by side in one tile, so change a head dim only when you design a "
-        "model.",
+        "need not pad at every step and one that shards evenly. Padding a weight dimension "
+        "never adds useful work: the tile count is the same. A head dim is a model's design; "
+        "padding 128 to 256 would double the attention FLOPs and the KV cache with zeros. "
+        "Tokens per chip are streamed, so their rows count in groups of 8 on every chip.",
         "",
         *_dimension_rows(),
+        "",
+        f"vLLM's TPU attention backend pads the head size of its KV cache to 128 "
+        f"(`TPU_HEAD_SIZE_ALIGNMENT`, [vLLM]({_VLLM_TPU_ATTENTION})).",
         "",
         "## Rules of thumb",
         "",

@@ -17,6 +17,7 @@ bandwidth measured in the notebook.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -222,6 +223,23 @@ class Roofline:
     def bound(self, intensity: float) -> Bound:
         """ "compute" or "memory": which limit a kernel of this intensity meets first."""
         return bound(intensity, self.peak_flops_per_second, self.bytes_per_second)
+
+    def min_tokens_for_compute_bound(self, k: int, n: int, bytes_per_element: float = 2.0) -> int:
+        """The fewest rows m (tokens per chip) at which an (m, k) @ (k, n) matmul reaches the
+        ridge point: the m solving 2 m k n = ridge * bytes * (m k + k n + m n), rounded up.
+        For a large weight it approaches ridge * bytes / 2, the ridge point itself in bf16."""
+        k, n = _positive_count("k", k), _positive_count("n", n)
+        size = _positive_number("bytes_per_element", bytes_per_element)
+        ridge = self.ridge_point_flops_per_byte
+        denominator = 2 * k * n - ridge * size * (k + n)
+        if denominator <= 0:
+            raise RooflineError(
+                f"a ({k}, {n}) weight in {size:g}-byte elements never reaches {self.name}'s "
+                f"ridge point of {ridge:.0f} FLOPs per byte, however many tokens: even "
+                f"infinitely many give only {2 * k * n / (size * (k + n)):.0f}; make k and n "
+                "larger"
+            )
+        return math.ceil(ridge * size * k * n / denominator)
 
     def seconds(self, flops: float, bytes_moved: float) -> float:
         """The roofline time of a kernel: the longer of computing its FLOPs at peak and moving
