@@ -334,3 +334,24 @@ def test_quiet_compiler_logs_keeps_warnings_off_stderr_and_restores_handlers(
     assert [record.getMessage() for record in records] == ["graph break for the test"]
     assert "graph break for the test" not in capfd.readouterr().err
     assert logger.handlers == handlers_before
+
+
+def test_f_one_hot_range_checks_are_counted_as_cpu_only() -> None:
+    ids = torch.tensor([0, 2, 1, 2])
+    with HostSyncCounter() as syncs:
+        F.one_hot(ids, num_classes=3)
+    # torch 2.13's Onehot.cpp: on a CPU, aminmax then two .item() reads; elsewhere none.
+    assert (syncs.count, syncs.cpu_only_count, syncs.accelerator_count) == (2, 2, 0)
+    assert syncs.by_call() == {"aten._local_scalar_dense in F.one_hot (CPU only)": 2}
+    with HostSyncCounter() as syncs:
+        F.one_hot(ids)  # no num_classes: every device reads the largest id to size the output
+    assert (syncs.count, syncs.cpu_only_count, syncs.accelerator_count) == (2, 1, 1)
+    assert all(sync.cpu_only == ("CPU only" in sync.call) for sync in syncs.syncs)
+
+
+def test_reads_after_f_one_hot_count_on_an_accelerator_again() -> None:
+    ids = torch.tensor([0, 2, 1])
+    with HostSyncCounter() as syncs:
+        F.one_hot(ids, 3).sum().item()
+    assert (syncs.count, syncs.accelerator_count) == (3, 1)
+    assert syncs.by_call()["Tensor.item"] == 1

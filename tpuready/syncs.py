@@ -89,10 +89,12 @@ _ATEN_COPIES = {torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default}
 
 @dataclass(frozen=True)
 class HostSync:
-    """One call that makes the host wait for the device: its kind and where it came from."""
+    """One call that makes the host wait for the device: its kind and where it came from, and
+    whether only a CPU makes it (`cpu_only`: a check PyTorch skips on every other device)."""
 
     call: str
     kind: str
+    cpu_only: bool = False
 
 
 class HostSyncCounter:
@@ -120,6 +122,10 @@ class HostSyncCounter:
     and on a CPU `.to("cpu")` looks exactly like `.to(device)`, so it is not counted there.
     Pass the accelerator (`choose_device()`) on a real device to count only its tensors.
 
+    A CPU also makes checks an accelerator skips: `F.one_hot` reads CPU ids' range, two value
+    reads that PyTorch leaves to the device's scatter elsewhere. They are counted, marked
+    `cpu_only` and named "... in F.one_hot (CPU only)"; `accelerator_count` leaves them out.
+
     `optimizers`: optimizers whose step counters are host data. Without `fused` or
     `capturable`, PyTorch's Adam-family optimizers keep each parameter's step counter on the
     CPU on every device and read it with `.item()` each step; that read never waits for an
@@ -142,12 +148,26 @@ class HostSyncCounter:
                 )
         self.syncs: list[HostSync] = []
         self._depth_inside_counted_call = 0
+        self._cpu_only_call: str | None = None
+        self._cpu_only_reads_left = 0
         self._modes: list[Any] = []
 
     @property
     def count(self) -> int:
         """How many host syncs the block made."""
         return len(self.syncs)
+
+    @property
+    def cpu_only_count(self) -> int:
+        """The syncs only a CPU makes: value reads inside a call that PyTorch runs without them
+        on every other device (`F.one_hot` with `num_classes`, whose range check reads the
+        smallest and largest id on a CPU and leaves it to the device's scatter elsewhere)."""
+        return sum(sync.cpu_only for sync in self.syncs)
+
+    @property
+    def accelerator_count(self) -> int:
+        """The syncs the same code makes on an accelerator: `count` less `cpu_only_count`."""
+        return self.count - self.cpu_only_count
 
     def by_call(self) -> dict[str, int]:
         """Host syncs per call name, most frequent first (ties by name, so the order is stable)."""
@@ -188,7 +208,21 @@ class HostSyncCounter:
         )
 
     def _record(self, call: str, kind: str) -> None:
-        self.syncs.append(HostSync(call=call, kind=kind))
+        cpu_only = self._cpu_only_reads_left > 0 and kind == VALUE_READ
+        if cpu_only:
+            self._cpu_only_reads_left -= 1
+            call = f"{call} in {self._cpu_only_call} (CPU only)"
+        self.syncs.append(HostSync(call=call, kind=kind, cpu_only=cpu_only))
+
+    @contextlib.contextmanager
+    def _inside_cpu_only_check(self, call: str, reads: int) -> Iterator[None]:
+        """While `call` runs on a CPU tensor, its first `reads` value reads are CPU-only."""
+        outer = self._cpu_only_call, self._cpu_only_reads_left
+        self._cpu_only_call, self._cpu_only_reads_left = call, reads
+        try:
+            yield
+        finally:
+            self._cpu_only_call, self._cpu_only_reads_left = outer
 
     @contextlib.contextmanager
     def _inside_counted_call(self) -> Iterator[None]:
@@ -211,12 +245,27 @@ class _PythonLevelReads(TorchFunctionMode):
         self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None
     ) -> Any:
         kwargs = kwargs or {}
+        if func is torch.nn.functional.one_hot and (reads := _one_hot_cpu_only_reads(args, kwargs)):
+            with self.counter._inside_cpu_only_check("F.one_hot", reads):
+                return func(*args, **kwargs)
         read = _PYTHON_LEVEL_READS.get(func)
         if read is None or not args or not self.counter._counts_tensor(args[0]):
             return func(*args, **kwargs)
         self.counter._record(*read)
         with self.counter._inside_counted_call():
             return func(*args, **kwargs)
+
+
+def _one_hot_cpu_only_reads(args: tuple, kwargs: Mapping[str, Any]) -> int:
+    """How many of an `F.one_hot` call's value reads only a CPU makes. torch 2.13's
+    `Onehot.cpp` reads CPU ids' smallest and largest value (two `.item()`s, the smallest first)
+    to check their range; on every other device it leaves the check to the scatter's device-side
+    asserts, and reads only the largest id, to size the output, when `num_classes` is -1."""
+    ids = args[0] if args else kwargs.get("tensor", kwargs.get("input"))
+    if not isinstance(ids, torch.Tensor) or ids.device.type != "cpu" or ids.numel() == 0:
+        return 0
+    num_classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
+    return 2 if num_classes != -1 else 1
 
 
 class _AtenLevelReads(TorchDispatchMode):
