@@ -259,3 +259,38 @@ def test_power_of_ten_refuses_values_without_a_logarithm(bad):
 def test_power_of_ten_refuses_non_numbers():
     with pytest.raises(TypeError, match="number"):
         power_of_ten("1e4")
+
+
+def _one_pass(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    return left.bfloat16().float() @ right.bfloat16().float()
+
+
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_the_backward_pass_runs_in_bf16_passes_too(batch: tuple[int, ...]) -> None:
+    torch.manual_seed(0)
+    left = torch.randn(*batch, 16, 32, requires_grad=True)
+    right = torch.randn(32, 8, requires_grad=True)  # broadcast over the batch
+    grad = torch.randn(*batch, 16, 8)
+    with emulate_bf16_matmul_passes(1):
+        product = left @ right
+    product.backward(grad)
+    # TorchTPU's backward: gradient times each operand, each a one-pass matmul.
+    expected_left = _one_pass(grad, right.detach().t())
+    expected_right = _one_pass(left.detach().transpose(-1, -2), grad).sum_to_size(right.shape)
+    assert torch.equal(left.grad, expected_left)
+    assert torch.equal(right.grad, expected_right)
+    # ... which is not the float32 gradient a plain backward would give.
+    assert not torch.equal(
+        right.grad, (left.detach().transpose(-1, -2) @ grad).sum_to_size(right.shape)
+    )
+
+
+def test_a_linear_layer_trains_under_the_emulation_with_one_pass_gradients() -> None:
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(32, 8)
+    inputs, grad = torch.randn(16, 32), torch.randn(16, 8)
+    with emulate_bf16_matmul_passes(1):
+        output = layer(inputs)
+    output.backward(grad)
+    assert torch.equal(layer.weight.grad, _one_pass(grad.t(), inputs))
+    assert torch.equal(layer.bias.grad, grad.sum(0))

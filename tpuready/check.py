@@ -118,6 +118,37 @@ def _matmul_in_bf16_passes(left: torch.Tensor, right: torch.Tensor, passes: int)
     return result
 
 
+class _MatmulInBf16Passes(torch.autograd.Function):
+    """`left @ right` in bf16 passes, forward and backward: on TorchTPU the backward pass's
+    matmuls (gradient times each operand) are float32 matmuls too, so they run as passes."""
+
+    @staticmethod
+    def forward(ctx: Any, left: torch.Tensor, right: torch.Tensor, passes: int) -> torch.Tensor:
+        ctx.save_for_backward(left, right)
+        ctx.passes = passes
+        return _matmul_in_bf16_passes(left, right, passes)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        left, right = ctx.saved_tensors
+        grad_left = grad_right = None
+        if ctx.needs_input_grad[0]:
+            grad_left = _matmul_in_bf16_passes(grad, right.transpose(-1, -2), ctx.passes)
+            grad_left = grad_left.sum_to_size(left.shape)  # undo broadcasting
+        if ctx.needs_input_grad[1]:
+            grad_right = _matmul_in_bf16_passes(left.transpose(-1, -2), grad, ctx.passes)
+            grad_right = grad_right.sum_to_size(right.shape)
+        return grad_left, grad_right, None
+
+
+def _emulated_matmul(left: torch.Tensor, right: torch.Tensor, passes: int) -> torch.Tensor:
+    """The bf16-pass product with its bf16-pass backward, for operands of two or more
+    dimensions (a 1-D operand, a vector product, keeps float32: it is not an MXU matmul)."""
+    if left.dim() < 2 or right.dim() < 2:
+        return torch.matmul(left, right)
+    return _MatmulInBf16Passes.apply(left, right, passes)
+
+
 class _Bf16PassesMode(TorchFunctionMode):
     """Reroute float32 matmuls, linear layers and eager attention matmuls through the model."""
 
@@ -130,7 +161,7 @@ class _Bf16PassesMode(TorchFunctionMode):
         if func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__):
             left, right = args
             if left.dtype == torch.float32 and right.dtype == torch.float32:
-                return _matmul_in_bf16_passes(left, right, self.passes)
+                return _emulated_matmul(left, right, self.passes)
         if func is torch.nn.functional.linear:
             return self._linear(*args, **kwargs)
         return func(*args, **kwargs)
@@ -138,16 +169,18 @@ class _Bf16PassesMode(TorchFunctionMode):
     def _linear(self, input: Any, weight: Any, bias: Any = None) -> Any:
         if input.dtype != torch.float32 or weight.dtype != torch.float32:
             return torch.nn.functional.linear(input, weight, bias)
-        output = _matmul_in_bf16_passes(input, weight.t(), self.passes)
+        output = _emulated_matmul(input, weight.t(), self.passes)
         return output if bias is None else output + bias
 
 
 @contextmanager
 def emulate_bf16_matmul_passes(passes: int = 1) -> Iterator[None]:
-    """Inside this block, float32 `matmul` / `@` / `F.linear` run as `passes` bf16 passes.
+    """Inside this block, float32 `matmul` / `@` / `F.linear` run as `passes` bf16 passes, in
+    the forward pass and in the backward pass their gradients take (as on TorchTPU, whose
+    backward matmuls are float32 matmuls too).
 
     A CPU model of TorchTPU's default (1 pass) and its "high" (3) and "highest" (6) settings,
-    to see how much a model's outputs move before you have a TPU. It does not cover
+    to see how much a model's outputs and gradients move before you have a TPU. It does not cover
     `F.scaled_dot_product_attention`, `bmm`, `mm` or `einsum`: load the model with
     `attn_implementation="eager"` so that attention goes through `torch.matmul`.
     """
