@@ -279,6 +279,7 @@ def run_layout(rank: int, world_size: int, layout: str) -> dict[str, object]:
             if isinstance(module, nn.Linear)
         },
         "local_input_shape": list(local_inputs.shape),
+        "device_type": device.type,  # where this rank computed
     }
 
 
