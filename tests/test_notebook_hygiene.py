@@ -426,3 +426,29 @@ def test_text_outputs_fit_the_column(path: Path) -> None:
     assert wide == {}, (
         f"output lines longer than {MAX_OUTPUT_LINE} characters (cell: width): {wide}"
     )
+
+
+# Loader and loading options this book has run only on a CPU: a notebook that uses one in
+# code must say, in its prose, that it is untested on TorchTPU.
+# (A signature's `pin_memory=None`, as chapter 2 prints one, is not a use.)
+UNTESTED_ON_TPU = {
+    "pin_memory": re.compile(r"\bpin_memory=(?!None\b|False\b)"),
+    "device_map": re.compile(r"\bdevice_map=(?!None\b)"),
+}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.name)
+def test_options_untested_on_a_tpu_are_labelled(path: Path) -> None:
+    notebook = read_notebook(path)
+    used = sorted(
+        {
+            option
+            for option, pattern in UNTESTED_ON_TPU.items()
+            for cell in notebook.cells
+            if cell.cell_type == "code" and pattern.search(cell.source)
+        }
+    )
+    prose = " ".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
+    assert not used or "untested on torchtpu" in prose.lower(), (
+        f"{path.name} uses {used} in code but never says it is untested on TorchTPU"
+    )
