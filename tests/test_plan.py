@@ -19,6 +19,7 @@ from tpuready.hardware import UnknownChipError, get_chip
 from tpuready.plan import (
     AXES,
     BYTES_PER_PARAM_STATE,
+    HBM_HEADROOM,
     ModelConfig,
     PlanError,
     _gather_stages,
@@ -260,3 +261,20 @@ def test_state_is_fsdp2s_sixteen_bytes_a_parameter():
     # moments; chapter 6 measures the same 16. A separate bf16 copy of the shard would be 18.
     assert sum(BYTES_PER_PARAM_STATE.values()) == 16
     assert set(BYTES_PER_PARAM_STATE) == {"params_fp32", "gradients_fp32", "adamw_fp32"}
+
+
+def test_a_plan_fits_only_with_headroom_left() -> None:
+    plan = make_plan(TINY, {"fsdp": 4}, "v5e", num_chips=4, global_batch=8, seq_len=128)
+    assert plan.hbm_headroom == HBM_HEADROOM == 0.1
+    assert plan.usable_hbm_bytes == plan.chip.hbm_bytes * 0.9
+    # A plan using 95 % of HBM does not fit with the default 10 % kept free, fits without.
+    almost_full = dataclasses.replace(
+        plan,
+        state_bytes={"all": int(0.95 * plan.chip.hbm_bytes) - plan.activation_bytes},
+    )
+    assert not almost_full.fits
+    assert dataclasses.replace(almost_full, hbm_headroom=0.0).fits
+    with pytest.raises(PlanError, match="hbm_headroom is a share of HBM below 1"):
+        make_plan(
+            TINY, {"fsdp": 4}, "v5e", num_chips=4, global_batch=8, seq_len=128, hbm_headroom=1
+        )

@@ -27,7 +27,8 @@ the residual and normed inputs of both blocks (4h), q, k, v and the attention ou
 token the expert input, gate/up output and activated product (k (h + 3 I / tensor)), plus fp32
 router probabilities (E); with full recomputation only each layer's input (h) plus one layer's
 full set. The fp32 logits of the chip's tokens (vocabulary split over `tensor`) are added in
-both cases.
+both cases. A plan fits when that total stays within the HBM less `hbm_headroom` (default
+`HBM_HEADROOM`, 10 %, an assumption) for what the model does not count.
 
 The collectives of a step: FSDP all-gathers (bf16, forward and backward) and a reduce-scatter
 (fp32) on the sharding axes, an fp32 all-reduce on `data`, two all-reduces per layer forward and
@@ -58,11 +59,12 @@ from tpuready.ici import (
     default_slice_shape,
     layout_mesh,
 )
-from tpuready.validate import InputError, whole_number
+from tpuready.validate import InputError, number, whole_number
 
 __all__ = [
     "AXES",
     "BYTES_PER_PARAM_STATE",
+    "HBM_HEADROOM",
     "ModelConfig",
     "Plan",
     "PlanError",
@@ -81,6 +83,13 @@ BYTES_PER_PARAM_STATE: dict[str, int] = {
     "gradients_fp32": FP32,
     "adamw_fp32": 2 * FP32,
 }
+
+
+HBM_HEADROOM = 0.1
+"""The share of a chip's HBM a plan keeps free by default: an assumption, not a vendor figure.
+The model counts weights, state and activations; the compiler's temporaries (a matmul's
+workspace, a collective's buffers), the runtime and fragmentation take memory it does not
+count, so a plan that fills the last percent of HBM would not run."""
 
 
 class PlanError(InputError):
@@ -281,6 +290,7 @@ class Plan:
     flops_per_chip: float
     model_flops_per_step: float
     times: Mapping[str, float] = field(default_factory=dict)
+    hbm_headroom: float = 0.0
 
     @property
     def activation_bytes(self) -> int:
@@ -293,9 +303,14 @@ class Plan:
         return sum(self.state_bytes.values()) + self.activation_bytes
 
     @property
+    def usable_hbm_bytes(self) -> float:
+        """The chip's HBM less the `hbm_headroom` share kept free (see `HBM_HEADROOM`)."""
+        return self.chip.hbm_bytes * (1 - self.hbm_headroom)
+
+    @property
     def fits(self) -> bool:
-        """Whether `memory_bytes` fits in the chip's HBM."""
-        return self.memory_bytes <= self.chip.hbm_bytes
+        """Whether `memory_bytes` fits in the HBM left after the headroom."""
+        return self.memory_bytes <= self.usable_hbm_bytes
 
     @property
     def step_seconds(self) -> float:
@@ -408,6 +423,7 @@ def make_plan(
     slice_shape: Sequence[int] | None = None,
     slices: int = 1,
     axis_shapes: Mapping[str, Sequence[int]] | None = None,
+    hbm_headroom: float = HBM_HEADROOM,
 ) -> Plan:
     """Per-chip memory, ICI bytes and seconds per mesh axis and a roofline step time for one
     training step of `global_batch` sequences of `seq_len` tokens, on `slices` slices of
@@ -423,6 +439,15 @@ def make_plan(
     seq_len = whole_number("seq_len", seq_len, fix="pass the tokens per sequence", error=PlanError)
     if not isinstance(recompute, bool):
         raise PlanError(f"recompute must be True or False, got {recompute!r}")
+    hbm_headroom = number(
+        "hbm_headroom",
+        hbm_headroom,
+        fix="pass a share such as 0.1",
+        allow_zero=True,
+        error=PlanError,
+    )
+    if hbm_headroom >= 1:
+        raise PlanError(f"hbm_headroom is a share of HBM below 1, got {hbm_headroom!r}: pass 0.1")
     full_mesh = _check_mesh(mesh, num_chips)
     try:
         if slice_shape is None:
@@ -521,4 +546,5 @@ def make_plan(
         flops_per_chip=flops_per_chip,
         model_flops_per_step=model_flops,
         times=times,
+        hbm_headroom=hbm_headroom,
     )
