@@ -1,0 +1,395 @@
+"""Expert parallelism you can train, and a dropless exchange, over real ranks.
+
+Taught in `notebooks/08_expert_parallel.ipynb` (steps 8 and 9), on the layer,
+router and buffers of `ch08_expert_parallel.py`:
+
+- `expert_parallel_gradients` runs the capacity layer forward and backward,
+  with either `dist.all_to_all_single` (which writes into its output and
+  records no gradient) or the autograd-aware
+  `torch.distributed.nn.functional.all_to_all_single`, adds Switch
+  Transformer's load-balancing loss over all ranks' tokens, and returns the
+  gradients the notebook compares with transformers' layer on one process.
+- `dropless_moe` sends every (token, choice) pair, with uneven split sizes
+  that the ranks first exchange and read on the host.
+
+The file runs unchanged under the standard launcher (rank 0 prints JSON):
+
+    torchrun --standalone --nproc-per-node=4 \\
+        notebooks/workers/ch08_trainable_ep.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+import torch.distributed.nn.functional as dist_nn
+import torch.nn.functional as F
+
+from tpuready.launch import init_rank, rank_device
+from tpuready.syncs import HostSyncCounter
+
+try:  # imported as workers.ch08_trainable_ep from the notebook and tests
+    from workers.ch08_expert_parallel import (
+        HIDDEN_SIZE,
+        NUM_EXPERTS,
+        NUM_TOKENS,
+        SEED,
+        TOP_K,
+        AllToAllRecorder,
+        assign_slots,
+        combine,
+        dispatch,
+        expert_capacity,
+        make_tokens,
+        moe_weights,
+        run_experts,
+    )
+except ModuleNotFoundError:  # run as a script by torchrun, from its folder
+    from ch08_expert_parallel import (  # type: ignore[no-redef]
+        HIDDEN_SIZE,
+        NUM_EXPERTS,
+        NUM_TOKENS,
+        SEED,
+        TOP_K,
+        AllToAllRecorder,
+        assign_slots,
+        combine,
+        dispatch,
+        expert_capacity,
+        make_tokens,
+        moe_weights,
+        run_experts,
+    )
+
+# Each expert can take every token of a rank: nothing is ever dropped, so
+# the layer equals transformers' for every token (capacity = tokens per rank).
+NO_DROP_FACTOR = NUM_EXPERTS / TOP_K
+# transformers' Qwen3MoeConfig default router_aux_loss_coef.
+AUX_LOSS_COEF = 0.001
+
+Exchange = Callable[[torch.Tensor, list[int]], torch.Tensor]
+
+
+def exchange_without_gradient(
+    send: torch.Tensor, splits: list[int]
+) -> torch.Tensor:
+    """`dist.all_to_all_single`: it fills a preallocated output in place,
+    and autograd records nothing, so no gradient flows back through it."""
+    received = torch.empty_like(send)
+    dist.all_to_all_single(received, send, splits, splits)
+    return received
+
+
+def exchange_with_gradient(
+    send: torch.Tensor, splits: list[int]
+) -> torch.Tensor:
+    """The autograd-aware all-to-all: its backward is the reverse
+    all-to-all, which carries each gradient back to the rank it came from."""
+    return dist_nn.all_to_all_single(
+        torch.empty_like(send), send, splits, splits
+    )
+
+
+def router_probabilities(
+    tokens: torch.Tensor, router_weight: torch.Tensor
+) -> torch.Tensor:
+    """The router's float32 softmax over experts, as Qwen3MoeTopKRouter."""
+    return F.softmax(
+        F.linear(tokens, router_weight), dtype=torch.float, dim=-1
+    )
+
+
+def top_k_weights(
+    probabilities: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k experts and their renormalised weights (norm_topk_prob=True)."""
+    weights, experts = torch.topk(probabilities, TOP_K, dim=-1)
+    return weights / weights.sum(dim=-1, keepdim=True), experts
+
+
+def balance_sums(
+    probabilities: torch.Tensor, experts: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per expert, over this rank's tokens: assignments routed to it and
+    summed router probability. Compare-and-sum, not bincount: no host sync."""
+    expert_ids = torch.arange(NUM_EXPERTS, device=experts.device)
+    counts = (experts.reshape(-1, 1) == expert_ids).sum(dim=0).float()
+    return counts, probabilities.sum(dim=0)
+
+
+def load_balancing_loss(
+    counts: torch.Tensor, probability_sums: torch.Tensor, num_tokens: int
+) -> torch.Tensor:
+    """Switch Transformer's auxiliary loss, as transformers' Qwen3-MoE
+    computes it: E * sum_e (share of assignments to e) * (mean probability
+    of e). Top-k on balanced routing gives k; imbalance gives more."""
+    return NUM_EXPERTS * torch.sum(
+        (counts / num_tokens) * (probability_sums / num_tokens)
+    )
+
+
+def capacity_layer(
+    tokens: torch.Tensor,
+    weights: dict[str, torch.Tensor],
+    rank: int,
+    world_size: int,
+    capacity: int,
+    exchange: Exchange,
+) -> dict[str, torch.Tensor]:
+    """The expert-parallel layer of `ch08_expert_parallel` as a function of
+    its inputs, differentiable wherever `exchange` is: returns this rank's
+    output, the router probabilities, the chosen experts and the experts'
+    outputs as they came back (the second exchange's result)."""
+    experts_per_rank = NUM_EXPERTS // world_size
+    probabilities = router_probabilities(tokens, weights["gate.weight"])
+    route_weights, experts = top_k_weights(probabilities)
+    position, kept = assign_slots(experts, NUM_EXPERTS, capacity)
+    send = dispatch(tokens, experts, position, kept, capacity)
+    splits = [experts_per_rank] * world_size
+    received = exchange(send, splits)
+    grouped = received.view(
+        world_size, experts_per_rank, capacity, HIDDEN_SIZE
+    )
+    grouped = grouped.transpose(0, 1).reshape(
+        experts_per_rank, -1, HIDDEN_SIZE
+    )
+    outputs = run_experts(
+        grouped, weights["gate_up_proj"], weights["down_proj"]
+    )
+    outputs = outputs.view(experts_per_rank, world_size, capacity, HIDDEN_SIZE)
+    outputs = outputs.transpose(0, 1).reshape(
+        NUM_EXPERTS, capacity, HIDDEN_SIZE
+    )
+    returned = exchange(outputs.contiguous(), splits)
+    output = combine(returned, experts, position, kept, route_weights)
+    return {
+        "output": output,
+        "probabilities": probabilities,
+        "experts": experts,
+        "returned": returned,
+    }
+
+
+def _local_parameters(
+    rank: int, world_size: int, seed: int, device: torch.device
+) -> dict[str, torch.Tensor]:
+    """This rank's trainable weights: the whole router, its own experts."""
+    experts_per_rank = NUM_EXPERTS // world_size
+    mine = slice(rank * experts_per_rank, (rank + 1) * experts_per_rank)
+    full = moe_weights(seed)
+    local = {
+        "gate.weight": full["gate.weight"],
+        "gate_up_proj": full["experts.gate_up_proj"][mine],
+        "down_proj": full["experts.down_proj"][mine],
+    }
+    return {
+        name: weight.to(device).clone().requires_grad_()
+        for name, weight in local.items()
+    }
+
+
+def _gradient_or_none(tensor: torch.Tensor) -> list | None:
+    """A gradient as nested lists, or None where autograd never reached."""
+    return None if tensor.grad is None else tensor.grad.tolist()
+
+
+def expert_parallel_gradients(
+    rank: int,
+    world_size: int,
+    with_gradient: bool = True,
+    aux_loss_coef: float = AUX_LOSS_COEF,
+    seed: int = SEED,
+    num_tokens: int = NUM_TOKENS,
+) -> dict[str, object]:
+    """One training step's backward pass of the expert-parallel layer.
+
+    The loss is the mean over all tokens of the squared output, plus
+    `aux_loss_coef` times the load-balancing loss of all ranks' tokens (the
+    per-expert sums all-reduced, differentiably, before the product). Nothing
+    is dropped (NO_DROP_FACTOR), so the gradients must equal transformers'
+    layer's on one process. Returns this rank's token gradients, the router
+    gradient it holds after the all-reduce, its experts' gradients (None where
+    none arrived), and how many all-to-alls ran forward and backward.
+    """
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    device = rank_device()
+    weights = _local_parameters(rank, world_size, seed, device)
+    tokens = make_tokens(seed, num_tokens).chunk(world_size)[rank].to(device)
+    tokens.requires_grad_()
+    capacity = expert_capacity(len(tokens), TOP_K, NUM_EXPERTS, NO_DROP_FACTOR)
+    exchange = (
+        exchange_with_gradient if with_gradient else exchange_without_gradient
+    )
+
+    with AllToAllRecorder(rank) as forward_calls:
+        layer = capacity_layer(
+            tokens, weights, rank, world_size, capacity, exchange
+        )
+    output = layer["output"]
+    counts, probability_sums = balance_sums(
+        layer["probabilities"], layer["experts"]
+    )
+    # Over all ranks' tokens: the loss is a product of two global means.
+    counts = dist_nn.all_reduce(counts)
+    probability_sums = dist_nn.all_reduce(probability_sums)
+    aux_loss = load_balancing_loss(counts, probability_sums, num_tokens)
+    # This rank's part of the mean over all tokens; the ranks' parts add up.
+    loss = output.pow(2).sum() / (num_tokens * HIDDEN_SIZE)
+    with AllToAllRecorder(rank) as backward_calls:
+        (loss + aux_loss_coef * aux_loss / world_size).backward()
+    # The router is replicated: each rank holds the gradient of its own
+    # tokens, and the ranks sum them, as DDP or FSDP would.
+    dist.all_reduce(weights["gate.weight"].grad)
+    return {
+        "rank": rank,
+        # Does the experts' output that came back carry a gradient path?
+        "exchange_has_grad_fn": layer["returned"].grad_fn is not None,
+        "token_gradients": tokens.grad.tolist(),
+        "router_gradient": weights["gate.weight"].grad.tolist(),
+        "gate_up_gradient": _gradient_or_none(weights["gate_up_proj"]),
+        "down_gradient": _gradient_or_none(weights["down_proj"]),
+        "aux_loss": aux_loss.item(),
+        "forward_all_to_alls": len(forward_calls.bytes_to_others),
+        "backward_all_to_alls": len(backward_calls.bytes_to_others),
+        "device_type": device.type,
+    }
+
+
+def gradients_both_ways(
+    rank: int, world_size: int
+) -> dict[str, dict[str, object]]:
+    """`expert_parallel_gradients` with each exchange: one launch, not two."""
+    return {
+        name: expert_parallel_gradients(rank, world_size, with_gradient=flag)
+        for name, flag in (("all_to_all_single", False), ("autograd", True))
+    }
+
+
+def _split_rows(rows: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+    """`rows` cut into consecutive pieces of the given (host) sizes."""
+    return list(torch.split(rows, sizes))
+
+
+def dropless_moe(
+    rank: int,
+    world_size: int,
+    seed: int = SEED,
+    num_tokens: int = NUM_TOKENS,
+    token_seed: int | None = None,
+) -> dict[str, object]:
+    """The layer with no capacity: every (token, choice) pair is sent.
+
+    Pairs are sorted by expert, so each peer's pairs form one run of the send
+    buffer; the ranks first exchange how many rows each of their experts will
+    get (a small all-to-all), then read those counts on the host to give
+    `all_to_all_single` its uneven split sizes. Returns this rank's output,
+    the host syncs the forward pass made, and the rows it sent and received.
+    """
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    experts_per_rank = NUM_EXPERTS // world_size
+    mine = slice(rank * experts_per_rank, (rank + 1) * experts_per_rank)
+    device = rank_device()
+    weights = {name: w.to(device) for name, w in moe_weights(seed).items()}
+    batch_seed = seed if token_seed is None else token_seed
+    tokens = make_tokens(batch_seed, num_tokens).chunk(world_size)[rank]
+    tokens = tokens.to(device)
+
+    with torch.no_grad(), HostSyncCounter() as syncs:
+        probabilities = router_probabilities(tokens, weights["gate.weight"])
+        route_weights, experts = top_k_weights(probabilities)
+        flat_experts = experts.reshape(-1)
+        order = torch.argsort(flat_experts, stable=True)  # by expert
+        send = tokens[order // TOP_K]
+        rows_per_expert, _ = balance_sums(probabilities, experts)
+        rows_per_expert = rows_per_expert.long()
+        # Each peer learns how many rows each of its experts gets from me.
+        incoming = torch.empty_like(rows_per_expert)
+        dist.all_to_all_single(incoming, rows_per_expert)
+        # The host reads both tables: all_to_all_single takes Python lists.
+        send_table = rows_per_expert.view(
+            world_size, experts_per_rank
+        ).tolist()
+        receive_table = incoming.view(world_size, experts_per_rank).tolist()
+        send_sizes = [sum(row) for row in send_table]
+        receive_sizes = [sum(row) for row in receive_table]
+        received = send.new_empty(sum(receive_sizes), HIDDEN_SIZE)
+        dist.all_to_all_single(received, send, receive_sizes, send_sizes)
+        # Regroup what arrived, peer by peer, into one run per local expert.
+        pieces = [
+            _split_rows(piece, sizes)
+            for piece, sizes in zip(
+                _split_rows(received, receive_sizes),
+                receive_table,
+                strict=True,
+            )
+        ]
+        outputs_by_peer: list[list[torch.Tensor]] = [
+            [] for _ in range(world_size)
+        ]
+        for local in range(experts_per_rank):
+            rows = torch.cat([peer_pieces[local] for peer_pieces in pieces])
+            gate_up = weights["experts.gate_up_proj"][mine][local]
+            down = weights["experts.down_proj"][mine][local]
+            gate, up = F.linear(rows, gate_up).chunk(2, dim=-1)
+            result = F.linear(F.silu(gate) * up, down)
+            sizes = [peer_sizes[local] for peer_sizes in receive_table]
+            for peer, part in enumerate(_split_rows(result, sizes)):
+                outputs_by_peer[peer].append(part)
+        back = torch.cat([torch.cat(parts) for parts in outputs_by_peer])
+        returned = send.new_empty(sum(send_sizes), HIDDEN_SIZE)
+        dist.all_to_all_single(returned, back, send_sizes, receive_sizes)
+        # Undo the sort, weight each choice, add a token's choices.
+        unsorted = torch.empty_like(returned)
+        unsorted[order] = returned
+        output = (
+            unsorted.view(len(tokens), TOP_K, HIDDEN_SIZE)
+            * route_weights.unsqueeze(-1)
+        ).sum(dim=1)
+    return {
+        "rank": rank,
+        "output": output.tolist(),
+        "host_syncs": syncs.accelerator_count,
+        "host_syncs_by_call": syncs.by_call(),
+        "rows_sent": send_sizes,
+        "rows_received": receive_sizes,
+        "device_type": device.type,
+    }
+
+
+def dropless_batches(
+    rank: int, world_size: int, seeds: tuple[int, ...] = (SEED,)
+) -> list[dict[str, object]]:
+    """`dropless_moe` on the tokens of each seed (other batches, other
+    routings; the weights stay seed 0's): one launch for all of them."""
+    return [dropless_moe(rank, world_size, token_seed=seed) for seed in seeds]
+
+
+def main() -> None:
+    """Under torchrun: both runs on this rank; rank 0 prints JSON."""
+    init_rank()  # gloo, nccl or tpu_dist, and this rank's device
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    result = {
+        "gradients": gradients_both_ways(rank, world_size),
+        "dropless": dropless_batches(rank, world_size),
+    }
+    gathered: list[dict[str, object] | None] = [None] * world_size
+    dist.all_gather_object(gathered, result)
+    if rank == 0:
+        print(json.dumps(gathered))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__" and "TORCHELASTIC_RUN_ID" in os.environ:
+    main()
+elif __name__ == "__main__":
+    raise SystemExit(
+        "run me with: torchrun --standalone --nproc-per-node=4 "
+        "notebooks/workers/ch08_trainable_ep.py"
+    )
