@@ -1,0 +1,63 @@
+"""`read_compilations` reads what TORCH_TRACE writes: each compile, its id and its reason."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tpuready.compile_trace import Compilation, CompileTraceError, read_compilations
+
+SCRIPT = """
+import torch
+def double_sum(x):
+    return (x * 2).sum()
+compiled = torch.compile(double_sum, backend="aot_eager", dynamic=False)
+for length in (3, 4, 4, 5):
+    compiled(torch.ones(length))
+"""
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real run under TORCH_TRACE: three lengths, so one compile and two recompiles."""
+    directory = tmp_path_factory.mktemp("trace")
+    subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        env=dict(os.environ, TORCH_TRACE=str(directory), OMP_NUM_THREADS="1"),
+        check=True,
+        timeout=120,
+    )
+    return directory
+
+
+def test_a_run_records_one_compilation_per_shape_with_its_reason(traced: Path) -> None:
+    compilations = read_compilations(traced)
+    assert [c.compile_id for c in compilations] == ["0/0", "0/1", "0/2"]
+    assert {c.function for c in compilations} == {"double_sum"}
+    assert [c.is_recompile for c in compilations] == [False, True, True]
+    assert compilations[0].recompile_reason is None
+    assert "size mismatch at index 0. expected 3, actual 4" in compilations[1].recompile_reason
+    assert "expected 4, actual 5" in compilations[2].recompile_reason
+    assert all(c.seconds is not None and c.seconds > 0 for c in compilations)
+
+
+def test_payload_lines_and_other_records_are_skipped(tmp_path: Path) -> None:
+    (tmp_path / "dedicated_log_torch_trace_x.log").write_text(
+        'V1203 17:32:16.790000 1 torch/_dynamo/utils.py:2350] {"chromium_event": {}}\n'
+        '\t{\n\t"name": "dynamo"\n\t}\n'
+        'V1203 17:32:16.990000 1 torch/_dynamo/utils.py:1] {"compilation_metrics": '
+        '{"compile_id": "2/1", "co_name": "step", "recompile_reason": "why", '
+        '"entire_frame_compile_time_s": 0.5}}\n'
+    )
+    assert read_compilations(tmp_path) == [Compilation("2/1", "step", "why", 0.5)]
+
+
+def test_a_missing_or_empty_directory_says_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(CompileTraceError, match="is not a directory: run the script with"):
+        read_compilations(tmp_path / "absent")
+    with pytest.raises(CompileTraceError, match=r"holds no \.log file"):
+        read_compilations(tmp_path)
