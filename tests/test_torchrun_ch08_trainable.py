@@ -3,8 +3,9 @@
 `notebooks/workers/ch08_trainable_ep.py` runs one training step's backward pass with each
 all-to-all and a dropless forward pass. Under the standard launcher, on 4 CPU ranks: the
 autograd all-to-all must give transformers' gradients for the tokens, the router and every
-expert; `dist.all_to_all_single` must give the experts none; and the dropless layer must equal
-transformers' layer for every token, with two host syncs per rank.
+expert, and compile with `fullgraph=True`; `dist.all_to_all_single` must give the experts none;
+and the dropless layer must equal transformers' layer for every token, with two host syncs per
+rank.
 """
 
 from __future__ import annotations
@@ -106,3 +107,7 @@ def test_the_dropless_layer_equals_transformers_for_every_token(ranks, reference
     pairs = layer_worker.NUM_TOKENS // WORLD_SIZE * layer_worker.TOP_K
     assert all(sum(run["rows_sent"]) == pairs for run in runs)
     assert len({tuple(run["rows_sent"]) for run in runs}) > 1
+
+
+def test_the_autograd_all_to_all_compiles_whole_with_its_gradient(ranks) -> None:
+    assert all(rank["compiled"]["gradient_is_2x"] for rank in ranks)

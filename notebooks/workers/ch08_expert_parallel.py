@@ -92,7 +92,8 @@ def expert_capacity(
     """Slots per expert per rank: ceil(factor * tokens * top_k / experts)."""
     if capacity_factor <= 0:
         raise ValueError(
-            f"capacity_factor must be positive, got {capacity_factor!r}"
+            f"capacity_factor must be positive, got {capacity_factor!r}: "
+            "1.0 gives each expert its average load, more leaves headroom"
         )
     return math.ceil(capacity_factor * num_tokens * top_k / num_experts)
 
@@ -106,8 +107,10 @@ def assign_slots(
     expert gets slot n-1, and assignments past `capacity` are dropped. No
     shape depends on the data, so a TPU needs no host sync for it.
     """
-    # (tokens * top_k, experts): one row per assignment
-    one_hot = F.one_hot(experts.reshape(-1), num_experts)
+    # (tokens * top_k, experts): one row per assignment. A comparison, not
+    # F.one_hot, whose range check reads the ids on a CPU (chapter 14).
+    expert_ids = torch.arange(num_experts, device=experts.device)
+    one_hot = (experts.reshape(-1, 1) == expert_ids).long()
     position = (one_hot.cumsum(dim=0) * one_hot).sum(dim=-1) - 1
     position = position.view_as(experts)
     return position, position < capacity
@@ -167,7 +170,8 @@ class AllToAllRecorder(TorchDispatchMode):
 
     `CommDebugMode` (chapter 5) counts collectives but not their bytes;
     this mode reads the input buffer and split sizes of every
-    `c10d.alltoall_base_` call, which is what `all_to_all_single` runs.
+    `c10d.alltoall_base_` call, which is what `all_to_all_single` runs, and
+    of the functional collective `_c10d_functional.all_to_all_single`.
     """
 
     def __init__(self, rank: int) -> None:
@@ -176,8 +180,13 @@ class AllToAllRecorder(TorchDispatchMode):
         self.bytes_to_others: list[int] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.overloadpacket is torch.ops.c10d.alltoall_base_:
+        packet = func.overloadpacket
+        send = splits = None
+        if packet is torch.ops.c10d.alltoall_base_:
             send, splits = args[1], args[4]  # (output, input, group, out, in)
+        elif packet is torch.ops._c10d_functional.all_to_all_single:
+            send, splits = args[0], args[2]  # (input, out sizes, in sizes, g)
+        if send is not None:
             bytes_per_row = send[0].nbytes
             own_rows = splits[self.rank]
             self.bytes_to_others.append(send.nbytes - own_rows * bytes_per_row)
@@ -267,6 +276,7 @@ def expert_parallel_moe(
         "send_buffer_bytes": send.nbytes,
         "bytes_to_others": recorder.bytes_to_others,
         "tokens_per_local_expert": filled.sum(dim=(1, 2)).tolist(),
+        "device_type": device.type,  # where this rank computed
     }
 
 

@@ -1,12 +1,13 @@
 """Expert parallelism you can train, and a dropless exchange, over real ranks.
 
-Taught in `notebooks/08_expert_parallel.ipynb` (steps 8 and 9), on the layer,
-router and buffers of `ch08_expert_parallel.py`:
+Taught in `notebooks/08_expert_parallel.ipynb` (steps 8 to 10), on the
+layer, router and buffers of `ch08_expert_parallel.py`:
 
 - `expert_parallel_gradients` runs the capacity layer forward and backward,
   with either `dist.all_to_all_single` (which writes into its output and
-  records no gradient) or the autograd-aware
-  `torch.distributed.nn.functional.all_to_all_single`, adds Switch
+  records no gradient) or `all_to_all_single_autograd` from
+  `torch.distributed._functional_collectives` (a gradient, and it compiles
+  with `torch.compile(fullgraph=True)`, as TorchTPU needs), adds Switch
   Transformer's load-balancing loss over all ranks' tokens, and returns the
   gradients the notebook compares with transformers' layer on one process.
 - `dropless_moe` sends every (token, choice) pair, with uneven split sizes
@@ -27,7 +28,7 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn.functional as dist_nn
+import torch.distributed._functional_collectives as functional_collectives
 import torch.nn.functional as F
 
 from tpuready.launch import init_rank, rank_device
@@ -88,11 +89,23 @@ def exchange_without_gradient(
 def exchange_with_gradient(
     send: torch.Tensor, splits: list[int]
 ) -> torch.Tensor:
-    """The autograd-aware all-to-all: its backward is the reverse
-    all-to-all, which carries each gradient back to the rank it came from."""
-    return dist_nn.all_to_all_single(
-        torch.empty_like(send), send, splits, splits
+    """The all-to-all that records a gradient: its backward is the reverse
+    all-to-all, which carries each gradient back to the rank it came from.
+    PyTorch's functional collective, the one torch.compile can trace
+    (`torch.distributed.nn.functional.all_to_all_single` refuses to)."""
+    return functional_collectives.all_to_all_single_autograd(
+        send, splits, splits, dist.group.WORLD
     )
+
+
+def _check_divides(world_size: int, num_tokens: int) -> None:
+    """Every rank needs whole experts and as many tokens as the others, or
+    the ranks' buffers differ in shape and the all-to-all hangs."""
+    if NUM_EXPERTS % world_size or num_tokens % world_size:
+        raise ValueError(
+            f"world_size {world_size} must divide the {NUM_EXPERTS} experts "
+            f"and the {num_tokens} tokens: use 1, 2, 4 or 8 ranks"
+        )
 
 
 def router_probabilities(
@@ -126,8 +139,12 @@ def load_balancing_loss(
     counts: torch.Tensor, probability_sums: torch.Tensor, num_tokens: int
 ) -> torch.Tensor:
     """Switch Transformer's auxiliary loss, as transformers' Qwen3-MoE
-    computes it: E * sum_e (share of assignments to e) * (mean probability
-    of e). Top-k on balanced routing gives k; imbalance gives more."""
+    computes it: E * sum_e f_e P_e, with f_e the share of tokens routed to
+    expert e (counts / tokens; the shares add up to k) and P_e its mean
+    router probability. Only P_e has a gradient, which moves probability
+    away from the experts with more than their share. The value is no
+    measure of balance (even routing gives k, uneven can give less): watch
+    the loads themselves."""
     return NUM_EXPERTS * torch.sum(
         (counts / num_tokens) * (probability_sums / num_tokens)
     )
@@ -210,12 +227,13 @@ def expert_parallel_gradients(
 
     The loss is the mean over all tokens of the squared output, plus
     `aux_loss_coef` times the load-balancing loss of all ranks' tokens (the
-    per-expert sums all-reduced, differentiably, before the product). Nothing
+    per-expert counts summed over the ranks before the product). Nothing
     is dropped (NO_DROP_FACTOR), so the gradients must equal transformers'
     layer's on one process. Returns this rank's token gradients, the router
     gradient it holds after the all-reduce, its experts' gradients (None where
     none arrived), and how many all-to-alls ran forward and backward.
     """
+    _check_divides(world_size, num_tokens)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     device = rank_device()
@@ -235,14 +253,18 @@ def expert_parallel_gradients(
     counts, probability_sums = balance_sums(
         layer["probabilities"], layer["experts"]
     )
-    # Over all ranks' tokens: the loss is a product of two global means.
-    counts = dist_nn.all_reduce(counts)
-    probability_sums = dist_nn.all_reduce(probability_sums)
-    aux_loss = load_balancing_loss(counts, probability_sums, num_tokens)
+    # The batch's loss is E sum_e (C_e / T)(P_e / T) over all ranks' tokens.
+    # The counts C_e carry no gradient: sum them over the ranks first. P_e is
+    # a sum over the ranks, so with the batch's counts each rank's own
+    # probability sums give its part of the loss, and the parts add up.
+    dist.all_reduce(counts)
+    aux_part = load_balancing_loss(counts, probability_sums, num_tokens)
     # This rank's part of the mean over all tokens; the ranks' parts add up.
     loss = output.pow(2).sum() / (num_tokens * HIDDEN_SIZE)
     with AllToAllRecorder(rank) as backward_calls:
-        (loss + aux_loss_coef * aux_loss / world_size).backward()
+        (loss + aux_loss_coef * aux_part).backward()
+    aux_loss = aux_part.detach().clone()
+    dist.all_reduce(aux_loss)  # the batch's loss, to report
     # The router is replicated: each rank holds the gradient of its own
     # tokens, and the ranks sum them, as DDP or FSDP would.
     dist.all_reduce(weights["gate.weight"].grad)
@@ -257,6 +279,34 @@ def expert_parallel_gradients(
         "aux_loss": aux_loss.item(),
         "forward_all_to_alls": len(forward_calls.bytes_to_others),
         "backward_all_to_alls": len(backward_calls.bytes_to_others),
+        "device_type": device.type,
+    }
+
+
+def compiled_exchange_gradient(
+    rank: int, world_size: int
+) -> dict[str, object]:
+    """Compile a function around `exchange_with_gradient` with fullgraph=True
+    (as a TorchTPU step is compiled) and check its backward: an all-to-all
+    moves rows without changing them, so the gradient of sum(y ** 2) is 2x."""
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    device = rank_device()
+    splits = [2] * world_size
+    rows = torch.arange(2 * world_size * HIDDEN_SIZE, dtype=torch.float32)
+    x = (rows.view(2 * world_size, HIDDEN_SIZE) + 100 * rank).to(device)
+    x.requires_grad_()
+
+    def sum_of_squares(send: torch.Tensor) -> torch.Tensor:
+        return exchange_with_gradient(send * 1.0, splits).pow(2).sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        sum_of_squares, backend="aot_eager", fullgraph=True
+    )
+    compiled(x).backward()
+    return {
+        "gradient_is_2x": bool(torch.equal(x.grad, 2 * x.detach())),
         "device_type": device.type,
     }
 
@@ -291,6 +341,7 @@ def dropless_moe(
     `all_to_all_single` its uneven split sizes. Returns this rank's output,
     the host syncs the forward pass made, and the rows it sent and received.
     """
+    _check_divides(world_size, num_tokens)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     experts_per_rank = NUM_EXPERTS // world_size
@@ -377,6 +428,7 @@ def main() -> None:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     result = {
         "gradients": gradients_both_ways(rank, world_size),
+        "compiled": compiled_exchange_gradient(rank, world_size),
         "dropless": dropless_batches(rank, world_size),
     }
     gathered: list[dict[str, object] | None] = [None] * world_size
