@@ -108,7 +108,7 @@ def test_recommend_padding_for_qwen3_vocabulary_on_v7() -> None:
     assert (advice.padded, advice.extra, advice.multiple) == (152_064, 128, 256)
     assert advice.extra_fraction == pytest.approx(128 / 151_936)
     assert str(advice) == (
-        "pad 151,936 to a multiple of 256 -> 152,064 (+128); utilisation 99.92% -> 100%"
+        "pad 151,936 -> 152,064 (+128), multiple of 256: same 594 tiles, 99.92% useful"
     )
 
 
@@ -266,7 +266,7 @@ def test_cheat_sheet_follows_the_table_when_a_tile_changes(monkeypatch) -> None:
 def test_cheat_sheet_shows_each_common_dimension_with_its_utilisation() -> None:
     page = cheat_sheet_markdown()
     for kind, size, example in COMMON_DIMENSIONS:
-        share = streamed_utilization(size) if kind == "tokens per chip" else None
+        share = streamed_utilization(size) if kind == "tokens per device" else None
         on_256 = f"{share or tile_utilization(size, 256):.2%}".replace("%", " %")
         if on_256 == "100.00 %" and share is None and size % 256:
             on_256 = ">99.99 %"

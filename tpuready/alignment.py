@@ -59,7 +59,9 @@ _PALLAS_TPU_DETAILS = "https://docs.jax.dev/en/latest/pallas/tpu/details.html"
 
 STREAMED_ROWS = 8
 """Rows of activations the MXU takes per step: one bf16[8, 128] @ bf16[128, 128] product every
-8 cycles (the Scaling Book, "How to Think About TPUs", `_SCALING_BOOK_TPUS`)."""
+8 cycles (the Scaling Book, "How to Think About TPUs", `_SCALING_BOOK_TPUS`). bf16 arrays are
+laid out 16 rows to a memory tile (two per sublane, `layout_padded_shape`), so a multiple of 16
+rows fills both the streamed rows and the layout."""
 
 SUBLANES, LANES = 8, 128
 """A TPU vector register and memory tile: 8 sublanes x 128 lanes of 32-bit values, so an
@@ -156,7 +158,9 @@ def padded_dims(dims: Mapping[str, int], multiple: int) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class PaddingAdvice:
-    """What padding one dimension to a multiple costs and what the model says it gains."""
+    """What padding one dimension to a multiple costs. In the tile model it gains no useful
+    work (the compiler pads to the same tiles anyway); it makes the padded shape explicit,
+    so the compiler need not pad at every step, and lets the dimension shard evenly."""
 
     dim: int
     multiple: int
@@ -176,14 +180,16 @@ class PaddingAdvice:
     def __str__(self) -> str:
         if self.extra == 0:
             return f"{self.dim:,} is already a multiple of {self.multiple}: keep it"
+        tiles = self.padded // self.multiple
         return (
-            f"pad {self.dim:,} to a multiple of {self.multiple} -> {self.padded:,} "
-            f"(+{self.extra:,}); utilisation {self.utilization_before:.2%} -> 100%"
+            f"pad {self.dim:,} -> {self.padded:,} (+{self.extra:,}), multiple of "
+            f"{self.multiple}: same {tiles:,} tiles, {self.utilization_before:.2%} useful"
         )
 
 
 def recommend_padding(dim: int, multiple: int) -> PaddingAdvice:
-    """The advice for one dimension: 'pad 151,936 to a multiple of 256 -> 152,064 (+128); ...'."""
+    """The advice for one dimension: 'pad 151,936 -> 152,064 (+128), multiple of 256: same 594
+    tiles, 99.92% useful' (useful either way: padding moves no tile boundary)."""
     dim = _check_positive_int("dim", dim, "pass a dimension size such as 151936")
     multiple = _check_positive_int("multiple", multiple, "pass a tile size such as 128 or 256")
     return PaddingAdvice(
@@ -211,9 +217,9 @@ COMMON_DIMENSIONS: tuple[tuple[str, int, str], ...] = (
     ("FFN width", 1_536, "one Qwen3-235B-A22B expert"),
     ("FFN width", 11_008, "Llama 2 7B"),
     ("FFN width", 14_336, "Llama 3 8B"),
-    ("tokens per chip", 100, "decoding 100 sequences, one token each"),
-    ("tokens per chip", 4_096, "8 sequences of 512"),
-    ("tokens per chip", 8_000, "8 sequences of 1,000"),
+    ("tokens per device", 100, "decoding 100 sequences, one token each"),
+    ("tokens per device", 4_096, "8 sequences of 512"),
+    ("tokens per device", 8_000, "8 sequences of 1,000"),
 )
 
 _TORCHTPU_DOCS = "https://torchtpu.readthedocs.io/"
@@ -233,9 +239,12 @@ RULES_OF_THUMB: tuple[tuple[str, str, str], ...] = (
         "Make the weight dimensions you choose (hidden size, FFN width, heads x head dim) "
         "multiples of 128, the MXU tile up to v5; a multiple of 256 fills the 256x256 tile of "
         "v6e and v7 as well. TorchTPU's guide also says to pad token counts to multiples of "
-        "128: the MXU itself streams tokens 8 rows at a time, so what 128 buys is the lane "
-        "layout where a sequence length is a last dimension (attention scores) and the "
-        "buckets of bounded dynamism.",
+        "128. In a forward matmul the MXU streams tokens 8 rows at a time, but training's "
+        "backward pass computes each weight's gradient as X^T dY, a matmul that contracts "
+        "over the tokens, which then pad to whole tiles; a sequence length is also the last "
+        "dimension of attention scores, on the 128 lanes, and the unit of bounded dynamism's "
+        "buckets. So for training, make tokens per device a multiple of 128 (256 on v6e and "
+        "v7); for inference a multiple of 8 (16 in bf16) fills the streamed rows.",
         "TorchTPU 0.2.0 documentation, shapes and alignment",
         _TORCHTPU_DOCS,
     ),
@@ -249,10 +258,10 @@ RULES_OF_THUMB: tuple[tuple[str, str, str], ...] = (
         _SCALING_BOOK_TPUS,
     ),
     (
-        "Give each chip at least its ridge point in tokens per matmul (the table above): "
+        "Give each device at least its ridge point in tokens per matmul (the table above): "
         "below it a step is memory-bound, its time the weight bytes over the HBM bandwidth, "
         "and a fuller tile does not make it faster. Decoding a few sequences is always there; "
-        "batch more sequences per chip, not wider tiles.",
+        "batch more sequences per device, not wider tiles.",
         "How to Scale Your Model (the Scaling Book), 'All About Rooflines'",
         "https://jax-ml.github.io/scaling-book/roofline/",
     ),
@@ -319,7 +328,7 @@ def _percent(value: float) -> str:
     return text.replace("%", " %")
 
 
-_STREAMED_KINDS = ("tokens per chip",)
+_STREAMED_KINDS = ("tokens per device",)
 _VLLM_TPU_ATTENTION = "https://docs.vllm.ai/en/v0.10.0/api/vllm/v1/attention/backends/pallas.html"
 
 
@@ -382,13 +391,13 @@ def _dimension_rows() -> list[str]:
 
 # The weights whose minimum tokens the cheat sheet lists: (label, k, n).
 _TOKEN_WEIGHTS: tuple[tuple[str, int, int], ...] = (
-    ("8,192 x 8,192 weight", 8_192, 8_192),
-    ("4,096 x 1,536 (one Qwen3-235B-A22B expert)", 4_096, 1_536),
+    ("tokens per device, 8,192 x 8,192 weight", 8_192, 8_192),
+    ("rows per expert, 4,096 x 1,536 (one Qwen3-235B-A22B expert)", 4_096, 1_536),
 )
 
 
 def _token_rows() -> list[str]:
-    """Per TPU: the ridge point and the fewest bf16 tokens per chip that reach it."""
+    """Per TPU: the ridge point and the fewest bf16 rows per matmul that reach it."""
     header = " | ".join(label for label, _, _ in _TOKEN_WEIGHTS)
     rows = [
         f"| Chip | Ridge point (FLOPs per byte) | {header} |",
@@ -431,7 +440,7 @@ def cheat_sheet_markdown() -> str:
         f"{STREAMED_ROWS} rows at a time. A weight dimension that is not a whole number of "
         "tiles is padded, and a token count that is not a multiple of 8 streams padded rows; "
         "the padding is computed for nothing. This page gives each chip's tile, the share of "
-        "the work that common model dimensions make useful, how many tokens per chip a matmul "
+        "the work that common model dimensions make useful, how many tokens per device a matmul "
         "needs to be compute-bound at all, and the rules of thumb with their sources. "
         "[Chapter 13](../notebooks/13_hardware_friendly_dimensions.ipynb) teaches all of it; "
         "the chips' other figures are on the "
@@ -476,15 +485,21 @@ def cheat_sheet_markdown() -> str:
         f"# {gpt2_advice}",
         "```",
         "",
-        "## Tokens per chip for a compute-bound matmul",
+        "## Tokens per device for a compute-bound matmul",
         "",
         "A bf16 matmul of $m$ tokens with a $(k, n)$ weight does $2mkn$ FLOPs and moves "
         "$2(mk + kn + mn)$ bytes; it is compute-bound once that ratio reaches the chip's ridge "
         "point (peak bf16 FLOP/s over HBM bandwidth, from the hardware table). For a large "
-        "weight the ratio is about $m$, so the fewest tokens per chip is about the ridge point "
+        "weight the ratio is about $m$, so the fewest tokens per device is about the ridge point "
         "itself. Below it the step is memory-bound, whatever the tiles: "
         "`Roofline.from_chip(chip).min_tokens_for_compute_bound(k, n)` computes it, and "
-        "[chapter 15](../notebooks/15_rooflines_mfu_and_profiling.ipynb) draws the rooflines.",
+        "[chapter 15](../notebooks/15_rooflines_mfu_and_profiling.ipynb) draws the rooflines. "
+        "The count is per device, the unit that runs the matmul: a TPU v7 chip is two devices, "
+        "each with half the chip's peak and bandwidth, so the same ridge point, and each "
+        "needs that many rows. An expert's matmul sees only the rows routed to it, about "
+        "tokens x k / E of a device's tokens times the expert-parallel degree (chapter 8): "
+        "for Qwen3-235B-A22B (k = 8 of E = 128 experts) without expert parallelism, 16 times "
+        "the expert column in tokens per device.",
         "",
         *_token_rows(),
         "",
@@ -496,7 +511,8 @@ def cheat_sheet_markdown() -> str:
         "need not pad at every step and one that shards evenly. Padding a weight dimension "
         "never adds useful work: the tile count is the same. A head dim is a model's design; "
         "padding 128 to 256 would double the attention FLOPs and the KV cache with zeros. "
-        "Tokens per chip are streamed, so their rows count in groups of 8 on every chip.",
+        "Tokens are streamed, so their rows count in groups of 8 on every chip in a forward "
+        "matmul (whole tiles in the weight-gradient matmul of training).",
         "",
         *_dimension_rows(),
         "",
