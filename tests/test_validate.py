@@ -36,6 +36,7 @@ TINY_MOE = plan.ModelConfig(
     vocab_size=1000,
 )
 RING = ici.AxisLayout((ici.TorusPiece(4, True),), 45e9)
+V5E = roofline.Roofline.from_chip("v5e")
 
 # (what, function, keyword arguments that work). Every argument named here is a whole number
 # (a size or a count) unless listed in NUMBERS below.
@@ -104,6 +105,42 @@ CALLS: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
         {"kind": "all-to-all", "total_bytes": 1e9, "layout": RING},
     ),
     ("default_slice_shape", ici.default_slice_shape, {"chip": "v7", "num_chips": 64}),
+    (
+        "layout_mesh",
+        ici.layout_mesh,
+        {"chip": "v5e", "mesh": {"fsdp": 4}, "slice_shape": (2, 2), "slices": 1},
+    ),
+    ("streamed_utilization", alignment.streamed_utilization, {"rows": 100}),
+    (
+        "layout_padded_shape",
+        alignment.layout_padded_shape,
+        {"rows": 100, "columns": 64, "rows_per_sublane": 2},
+    ),
+    ("layout_utilization", alignment.layout_utilization, {"rows": 100, "columns": 64}),
+    ("padded_dims", alignment.padded_dims, {"dims": {"vocab": 50_257}, "multiple": 256}),
+    ("mxu_tile", alignment.mxu_tile, {"chip_name": "v7"}),
+    (
+        "matmul_intensity",
+        roofline.matmul_intensity,
+        {"m": 8, "k": 16, "n": 32, "bytes_per_element": 2},
+    ),
+    (
+        "attention_intensity",
+        roofline.attention_intensity,
+        {"batch": 2, "heads": 4, "seq_len": 128, "head_dim": 64, "bytes_per_element": 2},
+    ),
+    (
+        "bound",
+        roofline.bound,
+        {"intensity": 10.0, "peak_flops_per_second": 1e12, "bytes_per_second": 1e11},
+    ),
+    (
+        "min_tokens_for_compute_bound",
+        lambda k, n, bytes_per_element: V5E.min_tokens_for_compute_bound(k, n, bytes_per_element),
+        {"k": 8192, "n": 8192, "bytes_per_element": 2},
+    ),
+    ("padded_tokens", buckets.padded_tokens, {"lengths": [3, 9, 40], "buckets": (16, 64)}),
+    ("padding_stats", buckets.padding_stats, {"lengths": [3, 9, 40], "buckets": (16, 64)}),
     ("TorusPiece", ici.TorusPiece, {"size": 4, "wraps": True, "stride": 2}),
     ("AxisLayout", ici.AxisLayout, {"pieces": RING.pieces, "link_bytes_per_second": 45e9}),
     ("shard_len", lambda length, ways: plan.shard_len(length, ways), {"length": 10, "ways": 3}),
@@ -136,7 +173,21 @@ NUMBERS = {
     "link_bytes_per_second",
 }
 # Arguments of other kinds, with their own tests below.
-OTHER = {"lengths", "buckets", "kind", "layout", "chip", "name", "wraps", "pieces", "model", "mesh"}
+OTHER = {
+    "lengths",
+    "buckets",
+    "kind",
+    "layout",
+    "chip",
+    "chip_name",
+    "name",
+    "wraps",
+    "pieces",
+    "model",
+    "mesh",
+    "dims",
+    "slice_shape",
+}
 
 WHOLE_ARGUMENTS = [
     (what, argument)
@@ -425,3 +476,33 @@ def test_what_is_valid_passes_through_converted():
     assert number("rate", np.float32(0.5), fix="") == 0.5
     assert number("b", 0, fix="", allow_zero=True) == 0.0
     assert get_chip("v5e") is alignment.hardware.as_chip("v5e")
+
+
+@pytest.mark.parametrize("dims", [[("vocab", 3)], "vocab", None])
+def test_padded_dims_needs_a_mapping(dims: object) -> None:
+    with pytest.raises(alignment.AlignmentError, match="dims must map names to sizes"):
+        alignment.padded_dims(dims, 128)
+
+
+def test_a_number_too_large_for_a_float_is_refused_as_infinite() -> None:
+    with pytest.raises(InputError, match="must be a finite number"):
+        number("rate", 10**400, fix="pass a rate")
+
+
+def test_a_kernel_may_do_no_flops_or_move_no_bytes() -> None:
+    assert V5E.seconds(0, 1e9) == 1e9 / V5E.bytes_per_second
+    assert V5E.seconds(1e12, 0) == 1e12 / V5E.peak_flops_per_second
+    with pytest.raises(roofline.RooflineError, match="flops must be a finite number at least"):
+        V5E.seconds(-1, 1e9)
+
+
+@pytest.mark.parametrize("wraps", ["yes", 1, None])
+def test_a_torus_piece_wraps_or_not(wraps: object) -> None:
+    with pytest.raises(ici.IciModelError, match="wraps must be True"):
+        ici.TorusPiece(4, wraps)
+
+
+@pytest.mark.parametrize("dcn", [-1.0, "fast", math.nan])
+def test_a_dcn_bandwidth_is_checked_when_given(dcn: object) -> None:
+    with pytest.raises(ici.IciModelError, match="dcn_bytes_per_second"):
+        ici.AxisLayout(RING.pieces, 45e9, dcn_bytes_per_second=dcn)

@@ -149,6 +149,10 @@ def mxu_tile(chip_name: str) -> int:
 def padded_dims(dims: Mapping[str, int], multiple: int) -> dict[str, int]:
     """Every named dimension rounded up to a multiple of `multiple`, in the given order."""
     _check_positive_int("multiple", multiple, "pass a tile size such as 128 or 256")
+    if not isinstance(dims, Mapping):
+        raise AlignmentError(
+            f"dims must map names to sizes, got {dims!r}: pass e.g. {{'vocab': 151936}}"
+        )
     padded = {}
     for name, size in dims.items():
         _check_positive_int(f"dims[{name!r}]", size, "pass a dimension size such as 4096")

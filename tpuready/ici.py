@@ -77,6 +77,10 @@ class TorusPiece:
             whole_number(
                 f"TorusPiece {name}", getattr(self, name), fix="count chips", error=IciModelError
             )
+        if not isinstance(self.wraps, bool):
+            raise IciModelError(
+                f"TorusPiece wraps must be True (a ring) or False (a line), got {self.wraps!r}"
+            )
 
     def describe(self) -> str:
         """'16 (ring)', '4 (line)', '4 (ring, stride 4)'."""
@@ -106,6 +110,13 @@ class AxisLayout:
             fix="pass one link's one-way bandwidth (`Chip.ici_link_bytes_per_second`)",
             error=IciModelError,
         )
+        if self.dcn_bytes_per_second is not None:
+            number(
+                "dcn_bytes_per_second",
+                self.dcn_bytes_per_second,
+                fix="pass one chip's data-centre network bandwidth, or None",
+                error=IciModelError,
+            )
         if self.slices > 1 and not (self.dcn_bytes_per_second or 0) > 0:
             raise IciModelError(
                 f"an axis over {self.slices} slices needs a positive dcn_bytes_per_second, "

@@ -244,8 +244,16 @@ class Roofline:
     def seconds(self, flops: float, bytes_moved: float) -> float:
         """The roofline time of a kernel: the longer of computing its FLOPs at peak and moving
         its bytes at full bandwidth (the two overlap perfectly in this model)."""
-        flops = _positive_number("flops", flops)
-        bytes_moved = _positive_number("bytes_moved", bytes_moved)
+        flops = number(
+            "flops", flops, fix="pass the kernel's FLOPs", allow_zero=True, error=RooflineError
+        )
+        bytes_moved = number(
+            "bytes_moved",
+            bytes_moved,
+            fix="pass the bytes it moves",
+            allow_zero=True,
+            error=RooflineError,
+        )
         return max(flops / self.peak_flops_per_second, bytes_moved / self.bytes_per_second)
 
 

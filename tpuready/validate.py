@@ -68,7 +68,10 @@ def number(
     `fix`."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
         raise error(f"{name} must be a number, got {_describe(value)}: {fix}")
-    converted = float(value)
+    try:
+        converted = float(value)
+    except OverflowError:  # an int beyond float's range
+        converted = math.inf
     lowest_ok = converted >= 0 if allow_zero else converted > 0
     if not math.isfinite(converted) or not lowest_ok:
         bound = "at least zero" if allow_zero else "above zero"
