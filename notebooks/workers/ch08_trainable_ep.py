@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -34,38 +36,23 @@ import torch.nn.functional as F
 from tpuready.launch import init_rank, rank_device
 from tpuready.syncs import HostSyncCounter
 
-try:  # imported as workers.ch08_trainable_ep from the notebook and tests
-    from workers.ch08_expert_parallel import (
-        HIDDEN_SIZE,
-        NUM_EXPERTS,
-        NUM_TOKENS,
-        SEED,
-        TOP_K,
-        AllToAllRecorder,
-        assign_slots,
-        combine,
-        dispatch,
-        expert_capacity,
-        make_tokens,
-        moe_weights,
-        run_experts,
-    )
-except ModuleNotFoundError:  # run as a script by torchrun, from its folder
-    from ch08_expert_parallel import (  # type: ignore[no-redef]
-        HIDDEN_SIZE,
-        NUM_EXPERTS,
-        NUM_TOKENS,
-        SEED,
-        TOP_K,
-        AllToAllRecorder,
-        assign_slots,
-        combine,
-        dispatch,
-        expert_capacity,
-        make_tokens,
-        moe_weights,
-        run_experts,
-    )
+if not __package__:  # run as a script by torchrun: make `workers` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from workers.ch08_expert_parallel import (
+    HIDDEN_SIZE,
+    NUM_EXPERTS,
+    NUM_TOKENS,
+    SEED,
+    TOP_K,
+    AllToAllRecorder,
+    assign_slots,
+    combine,
+    dispatch,
+    expert_capacity,
+    make_tokens,
+    moe_weights,
+    run_experts,
+)
 
 # Each expert can take every token of a rank: nothing is ever dropped, so
 # the layer equals transformers' for every token (capacity = tokens per rank).
