@@ -8,14 +8,17 @@ One module per idea; import the one you need (`from tpuready import hardware`):
 - `dispatch`: record the aten operators code sends through the dispatcher (chapter 2).
 - `check`: the book's relative error and a CPU model of bf16 matmul passes (chapters 1, 3).
 - `syncs`: count host syncs and graph breaks (chapter 4).
+- `compile_trace`: read the compilations a run logged under `TORCH_TRACE` (chapter 12).
 - `timing`: wait for a device result by copying it to the host; time a call (chapters 1, 11, 15).
 - `hardware`: accelerator figures with their vendor sources (reference page).
 - `launch`: run a worker on N processes, each rank on the backend and device of its host (Part II).
+- `ici`: collective times on a TPU slice's torus, per mesh axis (chapters 5, 7, 9).
 - `plan`: per-chip memory, bytes per mesh axis and roofline step time of a sharded run (chapter 9).
 - `buckets`: the padding buckets that waste the fewest tokens, and a collate helper (chapter 12).
-- `alignment`: MXU tile utilisation of a dimension and the alignment cheat sheet (chapter 13).
+- `alignment`: MXU utilisation (weights in tiles, tokens streamed), the cheat sheet (chapter 13).
 - `roofline`: arithmetic intensity, rooflines, MFU and tokens per second (chapter 15).
 - `fix`: `python -m tpuready audit-source --fix`, rewrite what the audit finds (chapter 1).
+- `validate`: one check of calculator arguments and one error family, `InputError`.
 - `offline`: the network guard the notebooks run under in the tests.
 """
 
