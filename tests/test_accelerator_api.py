@@ -86,15 +86,23 @@ def test_the_rng_state_replacement_reads_the_device_generator_not_the_cpu_one(
 
 
 def test_what_the_rng_note_says_about_this_torch_holds() -> None:
-    # Note: `torch.cpu` has no get_rng_state, so fork_rng(device_type="cpu") raises, and
-    # fork_rng() with no device type restores the generators around a block.
+    # Note: `torch.cpu` has no get_rng_state, so fork_rng(device_type="cpu") raises;
+    # fork_rng(devices=[]) restores the CPU generator around a block, and a Generator of
+    # its own saves and restores its state on the host.
+    note = equivalent_for("get_rng_state").note
+    assert "fork_rng(devices=[])" in note and "torch.Generator()" in note
     assert not hasattr(torch.cpu, "get_rng_state")
     with pytest.raises(AttributeError), torch.random.fork_rng(device_type="cpu"):
         pass
     before = torch.get_rng_state()
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(devices=[]):
         torch.rand(4)
     assert torch.equal(torch.get_rng_state(), before)
+    generator = torch.Generator().manual_seed(0)
+    saved = generator.get_state()
+    first_draw = torch.rand(4, generator=generator)
+    generator.set_state(saved)
+    assert torch.equal(torch.rand(4, generator=generator), first_draw)
 
 
 def test_the_capability_note_matches_this_torch() -> None:

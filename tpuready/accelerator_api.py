@@ -155,11 +155,13 @@ CUDA_TO_ACCELERATOR: tuple[AcceleratorEquivalent, ...] = (
         "torch.cuda.get_rng_state()",
         "torch.get_device_module(device).get_rng_state()",
         "the device's generator (`torch.get_rng_state()` is the CPU's); `torch.cpu` has no "
-        "`get_rng_state`, so on a CPU call `torch.get_rng_state()`. To restore the state "
-        "around a block, use `torch.random.fork_rng()` without `device_type` (with "
-        '`device_type="cpu"` torch 2.13 raises AttributeError). On TorchTPU 0.2.0 with '
-        "torch >= 2.13 the device's module is `torch.tpu`, whose `get_rng_state` raises: "
-        "seed with `torch.manual_seed(s)` instead of saving the state",
+        "`get_rng_state`, so on a CPU call `torch.get_rng_state()`. On TorchTPU 0.2.0 with "
+        "torch >= 2.13 the device's module is `torch.tpu`, whose `get_rng_state` raises. "
+        "To restore random state around a block on every device, fork the CPU generator "
+        "alone with `torch.random.fork_rng(devices=[])` (with `device_type=\"cpu\"` torch "
+        "2.13 raises AttributeError), or pass the random calls a `torch.Generator()` of "
+        "their own, whose `get_state()` works on any host; reseed the device's generator "
+        "with `torch.manual_seed(s)` for what must draw on the device",
     ),
     AcceleratorEquivalent(
         "torch.cuda.empty_cache()", "torch.accelerator.empty_cache()", _MEMORY_NOTE
