@@ -38,11 +38,56 @@ def test_a_run_records_one_compilation_per_shape_with_its_reason(traced: Path) -
     compilations = read_compilations(traced)
     assert [c.compile_id for c in compilations] == ["0/0", "0/1", "0/2"]
     assert {c.function for c in compilations} == {"double_sum"}
+    assert all(c.compiled and c.fail_reason is None for c in compilations)
     assert [c.is_recompile for c in compilations] == [False, True, True]
     assert compilations[0].recompile_reason is None
     assert "size mismatch at index 0. expected 3, actual 4" in compilations[1].recompile_reason
     assert "expected 4, actual 5" in compilations[2].recompile_reason
     assert all(c.seconds is not None and c.seconds > 0 for c in compilations)
+
+
+LIMITED_SCRIPT = """
+import torch
+torch._dynamo.config.recompile_limit = 2
+def double(x):
+    return x * 2
+compiled = torch.compile(double, backend="eager", dynamic=False)
+for length in (1, 2, 3, 4, 5):
+    compiled(torch.ones(length))
+"""
+
+
+def test_the_recompile_limit_shows_as_a_failed_attempt_not_a_graph(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-c", LIMITED_SCRIPT],
+        env=dict(os.environ, TORCH_TRACE=str(tmp_path), OMP_NUM_THREADS="1"),
+        check=True,
+        timeout=120,
+        capture_output=True,  # Dynamo warns on stderr when it hits the limit
+    )
+    compilations = read_compilations(tmp_path)
+    # Two graphs, then one failed attempt; lengths 4 and 5 run eagerly, unrecorded.
+    assert [c.compile_id for c in compilations] == ["0/0", "0/1", "0/2"]
+    assert [c.compiled for c in compilations] == [True, True, False]
+    limited = compilations[-1]
+    assert limited.is_recompile and limited.function is None
+    assert limited.fail_reason.splitlines()[0] == "Dynamo recompile limit exceeded"
+    assert "expected 2, actual 3" in limited.recompile_reason
+    assert {c.rank for c in compilations} == {None}
+
+
+def test_each_torchrun_rank_log_gives_its_records_their_rank(tmp_path: Path) -> None:
+    def record(compile_id: str) -> str:
+        return (
+            'V1203 17:32:16.990000 1 torch/_dynamo/utils.py:1] {"compilation_metrics": '
+            f'{{"compile_id": "{compile_id}", "co_name": "step"}}}}\n'
+        )
+
+    (tmp_path / "dedicated_log_torch_trace_rank_10_ab.log").write_text(record("0/1"))
+    (tmp_path / "dedicated_log_torch_trace_rank_2_cd.log").write_text(record("0/0"))
+    compilations = read_compilations(tmp_path)
+    assert [(c.rank, c.compile_id) for c in compilations] == [(2, "0/0"), (10, "0/1")]
+    assert all(c.compiled and c.function == "step" for c in compilations)
 
 
 def test_payload_lines_and_other_records_are_skipped(tmp_path: Path) -> None:

@@ -7,7 +7,11 @@ turns it into HTML pages. What PyTorch lacks is a way to read the log from Pytho
 or a notebook: `read_compilations` reads each compilation's `compilation_metrics` entry, whose
 `compile_id` is "frame/attempt" (attempt 1 and up are recompiles of the same code) and whose
 `recompile_reason` names the guard that failed ("tensor 'x' size mismatch at index 0.
-expected 3, actual 4").
+expected 3, actual 4"). An attempt that produced no graph keeps PyTorch's `fail_type` and
+`fail_reason`: past `torch._dynamo.config.recompile_limit` that is "Dynamo recompile limit
+exceeded", after which the function runs eagerly and the trace records nothing more for it.
+Under `torchrun` each rank writes its own log (`dedicated_log_torch_trace_rank_N_*.log`), and
+each record says which rank made it.
 
 The log format is PyTorch's, not a stable API: each line is a glog-style prefix, then one
 JSON object (some followed by indented payload lines, which are skipped). Checked with
@@ -27,6 +31,8 @@ __all__ = ["Compilation", "CompileTraceError", "read_compilations"]
 
 # "V1203 17:32:16.790000 19690 torch/_dynamo/utils.py:2350] {...}"
 _RECORD = re.compile(r"^[A-Z]\d{4} [\d:.]+ \d+ [^\]]+\] (\{.*\})\s*$")
+# "dedicated_log_torch_trace_rank_3_k2j4x9.log", as each torchrun rank names its log
+_RANK_LOG = re.compile(r"_rank_(\d+)_")
 
 
 class CompileTraceError(InputError):
@@ -35,31 +41,53 @@ class CompileTraceError(InputError):
 
 @dataclass(frozen=True)
 class Compilation:
-    """One graph Dynamo compiled: its id, the function, why it recompiled, how long it took."""
+    """One compilation attempt of Dynamo's: its id, the function, why it recompiled, how long it
+    took, why it failed if it made no graph, and the rank whose log holds it (None outside
+    torchrun)."""
 
     compile_id: str
-    function: str
+    function: str | None
     recompile_reason: str | None
     seconds: float | None
+    fail_type: str | None = None
+    fail_reason: str | None = None
+    rank: int | None = None
 
     @property
     def is_recompile(self) -> bool:
-        """True from the second compilation of the same code on ("0/1", "0/2", ...)."""
+        """True from the second attempt at the same code on ("0/1", "0/2", ...), compiled or
+        not."""
         return not self.compile_id.endswith("/0")
 
+    @property
+    def compiled(self) -> bool:
+        """True when the attempt produced a graph; False for a failure such as the recompile
+        limit, after which the code runs eagerly."""
+        return self.fail_type is None
 
-def _compilation(metrics: dict) -> Compilation:
+
+def _compilation(metrics: dict, rank: int | None) -> Compilation:
+    function = metrics.get("co_name")
     return Compilation(
         compile_id=str(metrics.get("compile_id")),
-        function=str(metrics.get("co_name")),
+        function=None if function is None else str(function),
         recompile_reason=metrics.get("recompile_reason"),
         seconds=metrics.get("entire_frame_compile_time_s"),
+        fail_type=metrics.get("fail_type"),
+        fail_reason=metrics.get("fail_reason"),
+        rank=rank,
     )
 
 
+def _rank_of(log: Path) -> int | None:
+    """The torchrun rank in a log's name; None for a log written outside torchrun."""
+    rank_in_name = _RANK_LOG.search(log.name)
+    return None if rank_in_name is None else int(rank_in_name.group(1))
+
+
 def read_compilations(trace_dir: str | Path) -> list[Compilation]:
-    """Every compilation recorded under `trace_dir` (the `TORCH_TRACE` directory), in the order
-    the run made them; failed compilations are included with their reason as PyTorch gave it."""
+    """Every compilation attempt recorded under `trace_dir` (the `TORCH_TRACE` directory), rank
+    by rank in the order each made them; failed attempts are included with PyTorch's reason."""
     directory = Path(trace_dir)
     if not directory.is_dir():
         raise CompileTraceError(
@@ -73,12 +101,13 @@ def read_compilations(trace_dir: str | Path) -> list[Compilation]:
             "and was TORCH_TRACE set before torch was imported?"
         )
     compilations = []
-    for log in logs:
+    for log in sorted(logs, key=lambda log: (_rank_of(log) or 0, log.name)):
+        rank = _rank_of(log)
         for line in log.read_text().splitlines():
             match = _RECORD.match(line)
             if match is None:
                 continue  # an indented payload line
             record = json.loads(match.group(1))
             if "compilation_metrics" in record:
-                compilations.append(_compilation(record["compilation_metrics"]))
+                compilations.append(_compilation(record["compilation_metrics"], rank))
     return compilations

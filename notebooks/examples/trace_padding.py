@@ -7,7 +7,10 @@ back with `tpuready.compile_trace.read_compilations`:
     TORCH_TRACE=traces/buckets python examples/trace_padding.py buckets
 
 "naive" pads each batch to its longest sequence, "buckets" to one of three
-bucket lengths.
+bucket lengths. The stream's batches have ten different longest lengths,
+more than Dynamo's default `recompile_limit` of 8, so the naive run shows
+what the limit does: the ninth width's attempt fails, and from then on the
+function runs eagerly.
 """
 
 from __future__ import annotations
@@ -19,7 +22,18 @@ import torch
 from tpuready.buckets import pad_to_bucket
 
 # Sequence lengths of the stream's batches, two sequences each.
-LENGTH_STREAM = [(5, 9), (12, 21), (30, 2), (7, 16), (40, 33), (11, 3)]
+LENGTH_STREAM = [
+    (5, 9),
+    (12, 21),
+    (30, 2),
+    (7, 16),
+    (40, 33),
+    (11, 3),
+    (25, 4),
+    (6, 27),
+    (13, 8),
+    (35, 19),
+]
 BUCKETS = (16, 32, 48)
 
 
