@@ -21,6 +21,7 @@ from tpuready.plan import (
     BYTES_PER_PARAM_STATE,
     HBM_HEADROOM,
     ModelConfig,
+    Plan,
     PlanError,
     _gather_stages,
     make_plan,
@@ -266,6 +267,9 @@ def test_state_is_fsdp2s_sixteen_bytes_a_parameter():
 def test_a_plan_fits_only_with_headroom_left() -> None:
     plan = make_plan(TINY, {"fsdp": 4}, "v5e", num_chips=4, global_batch=8, seq_len=128)
     assert plan.hbm_headroom == HBM_HEADROOM == 0.1
+    # A Plan built by hand keeps the same headroom unless told otherwise.
+    headroom_field = next(f for f in dataclasses.fields(Plan) if f.name == "hbm_headroom")
+    assert headroom_field.default == HBM_HEADROOM
     assert plan.usable_hbm_bytes == plan.chip.hbm_bytes * 0.9
     # A plan using 95 % of HBM does not fit with the default 10 % kept free, fits without.
     almost_full = dataclasses.replace(

@@ -290,7 +290,7 @@ class Plan:
     flops_per_chip: float
     model_flops_per_step: float
     times: Mapping[str, float] = field(default_factory=dict)
-    hbm_headroom: float = 0.0
+    hbm_headroom: float = HBM_HEADROOM
 
     @property
     def activation_bytes(self) -> int:
