@@ -25,6 +25,7 @@ if str(NOTEBOOK_DIR) not in sys.path:
 
 from workers.ch06_ddp import ddp_worker
 from workers.ch06_fsdp import fsdp_worker
+from workers.ch06_fsdp_practice import practice_worker
 
 # Importing torch and joining the group takes seconds per rank, far more on a busy machine.
 TORCHRUN_TIMEOUT_SECONDS = 300
@@ -55,3 +56,18 @@ def test_fsdp_worker_under_torchrun_matches_run_workers(num_ranks: int) -> None:
     assert printed["final_weights"] == expected["final_weights"]
     # JSON turns the sharding degrees (dictionary keys) into strings.
     assert printed["memory"] == {str(k): v for k, v in expected["memory"].items()}
+
+
+def test_practice_worker_under_torchrun_matches_run_workers() -> None:
+    printed = run_torchrun(NOTEBOOK_DIR / "workers" / "ch06_fsdp_practice.py", 2)
+    expected = run_workers(practice_worker, 2, timeout_seconds=TORCHRUN_TIMEOUT_SECONDS)[0]
+    for key in ("plain_losses", "prefetch_losses", "compiled_losses", "clipped", "qwen3_loss"):
+        assert printed[key] == expected[key], key
+    # What chapter 6 step 8 teaches, as the worker measured it.
+    assert expected["clipped"]["returns"] == "DTensor"
+    assert expected["clipped_unsharded"]["returns"] == "Tensor"
+    assert expected["clipped"]["before"] > expected["clipped"]["after"]
+    assert expected["compiled_graphs"] == 1 and expected["compiled_graph_breaks"] == {}
+    assert expected["qwen3_layers"] == 2 and expected["qwen3_tied"]
+    assert expected["qwen3_checkpointed_saved_bytes"] < expected["qwen3_saved_bytes"] / 2
+    assert expected["qwen3_gradient_difference"] == 0.0

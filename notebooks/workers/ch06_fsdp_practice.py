@@ -1,0 +1,247 @@
+"""Chapter 6, step 8: FSDP2 in practice (`notebooks/06_fsdp2.ipynb`).
+
+What a real training script adds to `fully_shard`, each checked against the
+plain sharded run of `ch06_fsdp`: gradient clipping on DTensor gradients,
+explicit prefetching, `torch.compile` of each block, and a transformers model
+sharded layer by layer, with and without activation checkpointing.
+`practice_worker` runs on every rank through `tpuready.launch.run_workers`
+(the notebook), or under the standard launcher, where rank 0 prints JSON:
+
+    torchrun --standalone --nproc-per-node=2 \\
+        notebooks/workers/ch06_fsdp_practice.py
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import warnings
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch._dynamo.utils import counters
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+
+from tpuready.device import compile_backend_for
+from tpuready.launch import init_rank, rank_device
+
+try:  # imported as workers.ch06_fsdp_practice (the notebook, the tests)
+    from workers import ch06_fsdp
+except ImportError:  # run as a script: torchrun puts this folder on the path
+    import ch06_fsdp
+
+MAX_NORM = 0.1  # small enough that this step's gradients get clipped
+# A tiny Qwen3 from its config: 2 decoder layers, tied embeddings.
+QWEN3_CONFIG = dict(
+    vocab_size=128,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=64,
+    tie_word_embeddings=True,
+)
+QWEN3_BATCH, QWEN3_SEQ_LEN = 4, 16
+
+
+def this_rank_batch(
+    rank: int, world_size: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's slice of ch06_fsdp's first global batch, on `device`."""
+    tokens, targets = ch06_fsdp.make_batches(1)[0]
+    return (
+        tokens.chunk(world_size)[rank].to(device),
+        targets.chunk(world_size)[rank].to(device),
+    )
+
+
+def clip_after_one_backward(
+    model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor
+) -> dict:
+    """Clip the gradients of one step to MAX_NORM; the norms before, after."""
+    logits = model(tokens)
+    F.cross_entropy(logits.flatten(0, 1), targets.flatten()).backward()
+    # The standard call works on DTensor gradients: each rank sums the
+    # squares of its shards, and the total is all-reduced for it.
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+    gradients = [p.grad for p in model.parameters()]
+    after = torch.nn.utils.get_total_norm(gradients)
+    returns = type(norm).__name__
+    if isinstance(norm, DTensor):  # a replicated DTensor: read it whole
+        norm, after = norm.full_tensor(), after.full_tensor()
+    return {"before": norm.item(), "after": after.item(), "returns": returns}
+
+
+def prefetch_next_blocks(model: ch06_fsdp.TinyTransformer) -> None:
+    """Ask each block to start the next one's all-gather (forward) and the
+    previous one's (backward) before it computes its own."""
+    blocks = list(model.blocks)
+    for block, following in itertools.pairwise(blocks):
+        block.set_modules_to_forward_prefetch([following])
+        following.set_modules_to_backward_prefetch([block])
+
+
+def shard_transformers_model(model: nn.Module, mesh: DeviceMesh) -> int:
+    """`fully_shard` each decoder layer, then the root; returns the layers.
+
+    transformers lists the layer class in `_no_split_modules` (the attribute
+    accelerate's device maps read too); the root takes the embeddings and the
+    output head, which stay together when they are tied.
+    """
+    layer_classes = set(model._no_split_modules)
+    layers = [m for m in model.modules() if type(m).__name__ in layer_classes]
+    for layer in layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return len(layers)
+
+
+def saved_bytes_and_loss(
+    model: nn.Module, input_ids: torch.Tensor
+) -> tuple[int, torch.Tensor]:
+    """Bytes autograd saves for backward in one forward; the loss."""
+    saved = 0
+
+    def count(tensor: torch.Tensor) -> torch.Tensor:
+        nonlocal saved
+        saved += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(count, lambda t: t):
+        loss = model(input_ids=input_ids, labels=input_ids, use_cache=False)
+    return saved, loss.loss
+
+
+def tiny_qwen3() -> nn.Module:
+    """The tiny Qwen3, freshly initialised from seed 0 (the same everywhere).
+
+    transformers is imported here, not at the top: the notebook imports this
+    module to print its functions, and only the ranks need transformers.
+    """
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(Qwen3Config(**QWEN3_CONFIG))
+
+
+def qwen3_run(
+    mesh: DeviceMesh, rank: int, world_size: int, checkpointing: bool
+) -> dict:
+    """One forward and backward of the sharded tiny Qwen3 on this rank's
+    sequences; the bytes saved, the loss and this rank's gradient shards."""
+    device = torch.device(mesh.device_type)
+    model = tiny_qwen3()  # the same weights on every rank and in every run
+    model.train()
+    if checkpointing:  # transformers' own switch, non-reentrant as FSDP2 needs
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False}
+        )
+    layers = shard_transformers_model(model.to(device), mesh)
+    generator = torch.Generator().manual_seed(1)
+    shape = (QWEN3_BATCH, QWEN3_SEQ_LEN)
+    input_ids = torch.randint(
+        0, QWEN3_CONFIG["vocab_size"], shape, generator=generator
+    )
+    mine = input_ids.chunk(world_size)[rank].to(device)
+    saved, loss = saved_bytes_and_loss(model, mine)
+    loss.backward()
+    reported = loss.detach().float()
+    dist.all_reduce(reported, op=dist.ReduceOp.AVG)
+    gradients = [p.grad.to_local().detach().cpu() for p in model.parameters()]
+    tied = model.lm_head.weight is model.model.embed_tokens.weight
+    return {
+        "saved_bytes": saved,
+        "loss": reported.item(),
+        "layers": layers,
+        "tied": tied,
+        "gradients": gradients,
+        "input_ids": input_ids,
+    }
+
+
+def qwen3_reference_loss(input_ids: torch.Tensor) -> float:
+    """The same tiny Qwen3, unsharded, on the whole batch in one process."""
+    model = tiny_qwen3()
+    with torch.no_grad():
+        return model(input_ids=input_ids, labels=input_ids).loss.item()
+
+
+def practice_worker(rank: int, world_size: int) -> dict:
+    """Each practice on ch06_fsdp's sharded model, then the tiny Qwen3."""
+    warnings.filterwarnings("ignore")
+    device_type = rank_device().type  # "cuda", "tpu" or "cpu": tpuready chose
+    mesh = init_device_mesh(device_type, (world_size,))
+    batches = ch06_fsdp.make_batches()
+    plain_losses, _ = ch06_fsdp.train(
+        ch06_fsdp.build_sharded_model(mesh), batches, rank, world_size
+    )
+    clipped = clip_after_one_backward(
+        ch06_fsdp.build_sharded_model(mesh),
+        *this_rank_batch(rank, world_size, torch.device(device_type)),
+    )
+    # The same step unsharded, in this process, on the whole batch.
+    unsharded = ch06_fsdp.TinyTransformer(**ch06_fsdp.CONFIG).to(device_type)
+    ch06_fsdp.init_weights(unsharded)
+    clipped_unsharded = clip_after_one_backward(
+        unsharded, *this_rank_batch(0, 1, torch.device(device_type))
+    )
+    prefetching = ch06_fsdp.build_sharded_model(mesh)
+    prefetch_next_blocks(prefetching)
+    prefetch_losses, _ = ch06_fsdp.train(
+        prefetching, batches, rank, world_size
+    )
+    compiled = ch06_fsdp.build_sharded_model(mesh)
+    backend = compile_backend_for(torch.device(device_type))
+    for block in compiled.blocks:  # after fully_shard: FSDP's hooks stay eager
+        block.compile(backend=backend, dynamic=False)
+    counters.clear()
+    compiled_losses, _ = ch06_fsdp.train(compiled, batches, rank, world_size)
+    graphs = counters["stats"]["unique_graphs"]
+    graph_breaks = dict(counters["graph_break"])
+    plain = qwen3_run(mesh, rank, world_size, checkpointing=False)
+    checkpointed = qwen3_run(mesh, rank, world_size, checkpointing=True)
+    gradient_difference = max(
+        (a - b).abs().max().item()
+        for a, b in zip(
+            plain["gradients"], checkpointed["gradients"], strict=True
+        )
+    )
+    return {
+        "rank": rank,
+        "plain_losses": plain_losses,
+        "clipped": clipped,
+        "clipped_unsharded": clipped_unsharded,
+        "prefetch_losses": prefetch_losses,
+        "compiled_losses": compiled_losses,
+        "compiled_graphs": graphs,
+        "compiled_graph_breaks": graph_breaks,
+        "qwen3_layers": plain["layers"],
+        "qwen3_tied": plain["tied"],
+        "qwen3_loss": plain["loss"],
+        "qwen3_checkpointed_loss": checkpointed["loss"],
+        "qwen3_reference_loss": qwen3_reference_loss(plain["input_ids"]),
+        "qwen3_saved_bytes": plain["saved_bytes"],
+        "qwen3_checkpointed_saved_bytes": checkpointed["saved_bytes"],
+        "qwen3_gradient_difference": gradient_difference,
+    }
+
+
+def main() -> None:
+    """Under torchrun: join the group, run the worker, rank 0 prints JSON."""
+    warnings.filterwarnings("ignore")
+    init_rank()  # gloo, nccl or tpu_dist, and this rank's device
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    result = practice_worker(rank, world_size)
+    dist.destroy_process_group()
+    if rank == 0:
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
