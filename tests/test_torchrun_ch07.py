@@ -23,7 +23,7 @@ from tpuready.launch import run_workers
 if str(NOTEBOOK_DIR) not in sys.path:
     sys.path.insert(0, str(NOTEBOOK_DIR))
 
-from workers import ch07_qwen3_tp_plan, ch07_tensor_parallel
+from workers import ch07_qwen3_tp_plan, ch07_tensor_parallel, ch07_vocab_parallel
 
 # Importing torch (and transformers) on every rank takes seconds each, far more on a busy
 # 2-core machine: generous bounds, so a hang fails the test instead of stalling the suite.
@@ -80,3 +80,28 @@ def test_qwen3_tp_plan_worker_under_torchrun_matches_run_workers(tmp_path: Path)
     assert math.isclose(
         from_torchrun["logits_sum"], from_run_workers["logits_sum"], rel_tol=1e-5, abs_tol=1e-3
     )
+
+
+def test_vocab_parallel_worker_under_torchrun_matches_run_workers() -> None:
+    world_size = 4
+    from_torchrun = run_torchrun(NOTEBOOK_DIR / "workers" / "ch07_vocab_parallel.py", world_size)
+    results = run_workers(
+        ch07_vocab_parallel.vocab_parallel_worker,
+        world_size,
+        timeout_seconds=WORKER_TIMEOUT_SECONDS,
+        startup_timeout_seconds=WORKER_TIMEOUT_SECONDS,
+    )
+    model, input_ids, targets = ch07_vocab_parallel.build_language_model_and_batch()
+    reference = ch07_vocab_parallel.next_token_loss(model(input_ids), targets).item()
+    positions = ch07_tensor_parallel.BATCH_SIZE * ch07_tensor_parallel.SEQ_LEN
+    for head in ch07_vocab_parallel.HEADS:
+        got, expected = from_torchrun[head], results[0][head]
+        assert math.isclose(got["loss"], expected["loss"], rel_tol=1e-6), head
+        assert math.isclose(expected["loss"], reference, rel_tol=1e-5), head
+        assert [tuple(r) for r in got["loss_sizes"]] == expected["loss_sizes"], head
+    # loss_parallel: three all-reduces of one float32 per position, logits sharded.
+    assert results[0]["loss_parallel"]["loss_sizes"] == [("all_reduce", positions * 4)] * 3
+    assert results[0]["loss_parallel"]["local_logits_shape"][-1] == (
+        ch07_vocab_parallel.VOCAB_SIZE // world_size
+    )
+    assert results[0]["gathered"]["loss_sizes"] == []

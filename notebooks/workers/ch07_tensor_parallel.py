@@ -165,7 +165,7 @@ def sequence_parallel_plan() -> dict[str, object]:
     }
 
 
-def _full_gradients(model: nn.Module) -> dict[str, np.ndarray]:
+def full_gradients(model: nn.Module) -> dict[str, np.ndarray]:
     """Every parameter's gradient whole (DTensor gradients are gathered)."""
     gradients = {}
     for name, parameter in model.named_parameters():
@@ -176,12 +176,12 @@ def _full_gradients(model: nn.Module) -> dict[str, np.ndarray]:
     return gradients
 
 
-def _local(tensor: torch.Tensor) -> torch.Tensor:
+def local_part(tensor: torch.Tensor) -> torch.Tensor:
     """This rank's part of a DTensor, or the tensor itself."""
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
-def _collective_counts(comm_mode: CommDebugMode) -> dict[str, int]:
+def collective_counts(comm_mode: CommDebugMode) -> dict[str, int]:
     """CommDebugMode's counts keyed by short name, e.g. "all_reduce"."""
     return {
         op.__name__: count
@@ -203,6 +203,10 @@ class CollectiveSizes(TorchDispatchMode):
         self.records: list[tuple[str, int]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if any(issubclass(t, DTensor) for t in types):
+            # Let DTensor run first and turn the op into plain tensor ops and
+            # collectives, which this mode then sees (as CommDebugMode does).
+            return NotImplemented
         out = func(*args, **(kwargs or {}))
         if func.overloadpacket.__name__ in COLLECTIVE_NAMES:
             tensors = [
@@ -251,7 +255,7 @@ def run_layout(rank: int, world_size: int, layout: str) -> dict[str, object]:
 
     with CommDebugMode() as comm_mode, CollectiveSizes() as sizes:
         outputs = model(local_inputs)
-    forward_counts = _collective_counts(comm_mode)
+    forward_counts = collective_counts(comm_mode)
     # The mean over this rank's slice. Slices have equal sizes, so the mean
     # of their means (what FSDP's gradient averaging computes) is the mean
     # over the batch. Sequence slices: the ranks' losses add up, so divide.
@@ -270,11 +274,11 @@ def run_layout(rank: int, world_size: int, layout: str) -> dict[str, object]:
         full_outputs = gathered[0]
     return {
         "outputs": full_outputs.cpu().numpy(),
-        "gradients": _full_gradients(model),
+        "gradients": full_gradients(model),
         "forward_collectives": forward_counts,
         "forward_collective_sizes": sizes.records,
         "local_weight_shapes": {
-            name: list(_local(module.weight).shape)
+            name: list(local_part(module.weight).shape)
             for name, module in model.layers[0].named_modules()
             if isinstance(module, nn.Linear)
         },
