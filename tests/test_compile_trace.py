@@ -76,11 +76,31 @@ def test_the_recompile_limit_shows_as_a_failed_attempt_not_a_graph(tmp_path: Pat
     assert {c.rank for c in compilations} == {None}
 
 
+SKIPPED_SCRIPT = """
+import torch
+def identity(x):
+    return x
+torch.compile(identity, backend="eager")(torch.ones(2))
+"""
+
+
+def test_a_frame_dynamo_skips_is_recorded_but_not_compiled(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-c", SKIPPED_SCRIPT],
+        env=dict(os.environ, TORCH_TRACE=str(tmp_path), OMP_NUM_THREADS="1"),
+        check=True,
+        timeout=120,
+    )
+    compilations = read_compilations(tmp_path)
+    assert [c.compile_id for c in compilations] == ["0/0"]
+    assert compilations[0].fail_type is None and not compilations[0].compiled
+
+
 def test_each_torchrun_rank_log_gives_its_records_their_rank(tmp_path: Path) -> None:
     def record(compile_id: str) -> str:
         return (
             'V1203 17:32:16.990000 1 torch/_dynamo/utils.py:1] {"compilation_metrics": '
-            f'{{"compile_id": "{compile_id}", "co_name": "step"}}}}\n'
+            f'{{"compile_id": "{compile_id}", "co_name": "step", "graph_op_count": 3}}}}\n'
         )
 
     (tmp_path / "dedicated_log_torch_trace_rank_10_ab.log").write_text(record("0/1"))
@@ -99,6 +119,7 @@ def test_payload_lines_and_other_records_are_skipped(tmp_path: Path) -> None:
         '"entire_frame_compile_time_s": 0.5}}\n'
     )
     assert read_compilations(tmp_path) == [Compilation("2/1", "step", "why", 0.5)]
+    assert not read_compilations(tmp_path)[0].compiled  # no graph_op_count: no graph
 
 
 def test_a_missing_or_empty_directory_says_what_to_do(tmp_path: Path) -> None:

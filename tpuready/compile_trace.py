@@ -7,11 +7,12 @@ turns it into HTML pages. What PyTorch lacks is a way to read the log from Pytho
 or a notebook: `read_compilations` reads each compilation's `compilation_metrics` entry, whose
 `compile_id` is "frame/attempt" (attempt 1 and up are recompiles of the same code) and whose
 `recompile_reason` names the guard that failed ("tensor 'x' size mismatch at index 0.
-expected 3, actual 4"). An attempt that produced no graph keeps PyTorch's `fail_type` and
-`fail_reason`: past `torch._dynamo.config.recompile_limit` that is "Dynamo recompile limit
-exceeded", after which the function runs eagerly and the trace records nothing more for it.
-Under `torchrun` each rank writes its own log (`dedicated_log_torch_trace_rank_N_*.log`), and
-each record says which rank made it.
+expected 3, actual 4"). A failed attempt keeps PyTorch's `fail_type` and `fail_reason`: past
+`torch._dynamo.config.recompile_limit` that is "Dynamo recompile limit exceeded", after which
+new shapes run eagerly (shapes already compiled keep their graphs) and the trace records
+nothing more for that code. A process that has joined `torch.distributed` before its first
+compile names its log after its rank (`dedicated_log_torch_trace_rank_N_*.log`), and each
+record here says which rank made it.
 
 The log format is PyTorch's, not a stable API: each line is a glog-style prefix, then one
 JSON object (some followed by indented payload lines, which are skipped). Checked with
@@ -31,7 +32,8 @@ __all__ = ["Compilation", "CompileTraceError", "read_compilations"]
 
 # "V1203 17:32:16.790000 19690 torch/_dynamo/utils.py:2350] {...}"
 _RECORD = re.compile(r"^[A-Z]\d{4} [\d:.]+ \d+ [^\]]+\] (\{.*\})\s*$")
-# "dedicated_log_torch_trace_rank_3_k2j4x9.log", as each torchrun rank names its log
+# "dedicated_log_torch_trace_rank_3_k2j4x9.log": a process that had joined torch.distributed
+# when it wrote its first trace record (a torchrun rank, usually)
 _RANK_LOG = re.compile(r"_rank_(\d+)_")
 
 
@@ -42,13 +44,14 @@ class CompileTraceError(InputError):
 @dataclass(frozen=True)
 class Compilation:
     """One compilation attempt of Dynamo's: its id, the function, why it recompiled, how long it
-    took, why it failed if it made no graph, and the rank whose log holds it (None outside
-    torchrun)."""
+    took, how many ops its graph holds, why it failed if it did, and the rank whose log holds it
+    (None for a process outside torch.distributed)."""
 
     compile_id: str
     function: str | None
     recompile_reason: str | None
     seconds: float | None
+    graph_op_count: int | None = None
     fail_type: str | None = None
     fail_reason: str | None = None
     rank: int | None = None
@@ -61,9 +64,9 @@ class Compilation:
 
     @property
     def compiled(self) -> bool:
-        """True when the attempt produced a graph; False for a failure such as the recompile
-        limit, after which the code runs eagerly."""
-        return self.fail_type is None
+        """True when the attempt produced a graph. False for a failure such as the recompile
+        limit, after which new shapes run eagerly, and for a frame Dynamo skipped (no graph)."""
+        return self.fail_type is None and self.graph_op_count is not None
 
 
 def _compilation(metrics: dict, rank: int | None) -> Compilation:
@@ -73,6 +76,7 @@ def _compilation(metrics: dict, rank: int | None) -> Compilation:
         function=None if function is None else str(function),
         recompile_reason=metrics.get("recompile_reason"),
         seconds=metrics.get("entire_frame_compile_time_s"),
+        graph_op_count=metrics.get("graph_op_count"),
         fail_type=metrics.get("fail_type"),
         fail_reason=metrics.get("fail_reason"),
         rank=rank,
@@ -80,7 +84,7 @@ def _compilation(metrics: dict, rank: int | None) -> Compilation:
 
 
 def _rank_of(log: Path) -> int | None:
-    """The torchrun rank in a log's name; None for a log written outside torchrun."""
+    """The rank in a log's name; None for a process outside torch.distributed."""
     rank_in_name = _RANK_LOG.search(log.name)
     return None if rank_in_name is None else int(rank_in_name.group(1))
 

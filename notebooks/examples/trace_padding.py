@@ -9,8 +9,8 @@ back with `tpuready.compile_trace.read_compilations`:
 "naive" pads each batch to its longest sequence, "buckets" to one of three
 bucket lengths. The stream's batches have ten different longest lengths,
 more than Dynamo's default `recompile_limit` of 8, so the naive run shows
-what the limit does: the ninth width's attempt fails, and from then on the
-function runs eagerly.
+what the limit does: the ninth width's attempt fails, and from then on new
+widths run eagerly (widths already compiled keep their graphs).
 """
 
 from __future__ import annotations
