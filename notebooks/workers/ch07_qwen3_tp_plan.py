@@ -117,9 +117,7 @@ def tp_plan_logits(
     by_hand = AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=torch.float32
     ).to(device)
-    mesh = init_device_mesh(
-        device.type, (world_size,), mesh_dim_names=("tp",)
-    )
+    mesh = init_device_mesh(device.type, (world_size,), mesh_dim_names=("tp",))
     plan = torch_plan_from_transformers(by_hand.config.base_model_tp_plan)
     parallelize_module(by_hand, mesh, plan)
     input_ids = example_input_ids().to(device)
