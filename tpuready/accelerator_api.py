@@ -158,7 +158,7 @@ CUDA_TO_ACCELERATOR: tuple[AcceleratorEquivalent, ...] = (
         "`get_rng_state`, so on a CPU call `torch.get_rng_state()`. On TorchTPU 0.2.0 with "
         "torch >= 2.13 the device's module is `torch.tpu`, whose `get_rng_state` raises. "
         "To restore random state around a block on every device, fork the CPU generator "
-        "alone with `torch.random.fork_rng(devices=[])` (with `device_type=\"cpu\"` torch "
+        'alone with `torch.random.fork_rng(devices=[])` (with `device_type="cpu"` torch '
         "2.13 raises AttributeError), or pass the random calls a `torch.Generator()` of "
         "their own, whose `get_state()` works on any host; reseed the device's generator "
         "with `torch.manual_seed(s)` for what must draw on the device",
