@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -11,8 +13,13 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tpuready.check import (
+    BFLOAT16_UNIT_ROUNDOFF,
+    FLOAT32_UNIT_ROUNDOFF,
     MATMUL_PASSES,
+    TF32_UNIT_ROUNDOFF,
+    device_matmul_unit_roundoff,
     emulate_bf16_matmul_passes,
+    matmul_unit_roundoff,
     power_of_ten,
     relative_error,
 )
@@ -294,3 +301,74 @@ def test_a_linear_layer_trains_under_the_emulation_with_one_pass_gradients() -> 
     output.backward(grad)
     assert torch.equal(layer.weight.grad, _one_pass(grad.t(), inputs))
     assert torch.equal(layer.bias.grad, grad.sum(0))
+
+
+# --- the unit roundoff of a float32 matmul ------------------------------------------------
+
+
+def test_unit_roundoff_per_pass_count() -> None:
+    assert matmul_unit_roundoff(None) == FLOAT32_UNIT_ROUNDOFF == 2.0**-24
+    assert matmul_unit_roundoff(1) == BFLOAT16_UNIT_ROUNDOFF == 2.0**-8
+    assert matmul_unit_roundoff(3) == 2.0**-16  # two bf16 pieces
+    assert matmul_unit_roundoff(6) == FLOAT32_UNIT_ROUNDOFF  # three pieces, capped at float32
+
+
+@pytest.mark.parametrize("passes", [0, 2, 4, True, "1", 1.0])
+def test_unit_roundoff_refuses_other_pass_counts(passes: object) -> None:
+    with pytest.raises(ValueError, match="passes must be one of"):
+        matmul_unit_roundoff(passes)
+
+
+@given(st.sampled_from(sorted(MATMUL_PASSES)), st.sampled_from(sorted(MATMUL_PASSES)))
+def test_more_passes_never_round_coarser(fewer: int, more: int) -> None:
+    assume(fewer <= more)
+    assert FLOAT32_UNIT_ROUNDOFF <= matmul_unit_roundoff(more) <= matmul_unit_roundoff(fewer)
+
+
+@pytest.fixture
+def restored_matmul_precision():
+    """Put both precision APIs back as they were after the test."""
+    legacy = torch.get_float32_matmul_precision()
+    settings_before = {
+        "cuda": torch.backends.cuda.matmul.fp32_precision,
+        "cpu": torch.backends.mkldnn.matmul.fp32_precision,
+    }
+    yield
+    torch.set_float32_matmul_precision(legacy)
+    torch.backends.cuda.matmul.fp32_precision = settings_before["cuda"]
+    torch.backends.mkldnn.matmul.fp32_precision = settings_before["cpu"]
+
+
+def test_device_unit_roundoff_follows_either_precision_api(restored_matmul_precision) -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert device_matmul_unit_roundoff(cpu) == FLOAT32_UNIT_ROUNDOFF  # the default
+    torch.set_float32_matmul_precision("high")  # the old API writes both backends
+    assert device_matmul_unit_roundoff(cpu) == TF32_UNIT_ROUNDOFF
+    assert device_matmul_unit_roundoff(cuda) == TF32_UNIT_ROUNDOFF
+    torch.backends.mkldnn.matmul.fp32_precision = "bf16"  # now the APIs disagree
+    with pytest.raises(RuntimeError):
+        torch.get_float32_matmul_precision()
+    assert device_matmul_unit_roundoff(cpu) == BFLOAT16_UNIT_ROUNDOFF
+    assert device_matmul_unit_roundoff(cuda) == TF32_UNIT_ROUNDOFF
+    torch.backends.cuda.matmul.fp32_precision = "none"  # unset, old getter raises: float32
+    assert device_matmul_unit_roundoff(cuda) == FLOAT32_UNIT_ROUNDOFF
+
+
+def test_device_unit_roundoff_on_a_tpu_is_one_pass() -> None:
+    # A fresh process: naming the PrivateUse1 backend "tpu" cannot be undone.
+    script = (
+        "import torch\n"
+        "from tpuready.check import device_matmul_unit_roundoff\n"
+        "torch.utils.rename_privateuse1_backend('tpu')\n"
+        "torch.set_float32_matmul_precision('highest')\n"
+        "print(device_matmul_unit_roundoff(torch.device('tpu')))\n"
+    )
+    printed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    assert float(printed) == BFLOAT16_UNIT_ROUNDOFF
+
+
+def test_device_unit_roundoff_refuses_a_string() -> None:
+    with pytest.raises(TypeError, match=r"device must be a torch\.device"):
+        device_matmul_unit_roundoff("cpu")

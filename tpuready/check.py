@@ -8,7 +8,10 @@ which is the check to use for pass/fail. This module adds what the standard API 
 - `emulate_bf16_matmul_passes`: a CPU model of how TorchTPU runs float32 matmuls (one bf16
   pass by default), packaged as a context manager; chapter 3 builds the same model inline;
 - `power_of_ten`: a measured rounding error or ratio quoted as the power of ten every CPU
-  agrees on (the last digits depend on the CPU's kernels, chapters 1 and 3).
+  agrees on (the last digits depend on the CPU's kernels, chapters 1 and 3);
+- `matmul_unit_roundoff` and `device_matmul_unit_roundoff`: the unit roundoff u of a float32
+  matmul's inputs, for a TorchTPU pass count or for a device as the program has set up its
+  matmul precision, from which the book's tolerances follow (chapters 1 and 3).
 """
 
 from __future__ import annotations
@@ -21,7 +24,35 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["MATMUL_PASSES", "emulate_bf16_matmul_passes", "power_of_ten", "relative_error"]
+__all__ = [
+    "BFLOAT16_UNIT_ROUNDOFF",
+    "FLOAT32_UNIT_ROUNDOFF",
+    "MATMUL_PASSES",
+    "TF32_UNIT_ROUNDOFF",
+    "device_matmul_unit_roundoff",
+    "emulate_bf16_matmul_passes",
+    "matmul_unit_roundoff",
+    "power_of_ten",
+    "relative_error",
+]
+
+# Unit roundoff u = 2**-p of a format with p significand bits: rounding to it changes a value
+# by a relative u at most.
+FLOAT32_UNIT_ROUNDOFF = 2.0**-24  # 24 significand bits
+BFLOAT16_UNIT_ROUNDOFF = 2.0**-8  # 8 significand bits
+TF32_UNIT_ROUNDOFF = 2.0**-11  # 11 significand bits (10 stored)
+# What torch.set_float32_matmul_precision allows a GPU or CPU kernel to use.
+_PRECISION_UNIT_ROUNDOFF = {
+    "highest": FLOAT32_UNIT_ROUNDOFF,
+    "high": TF32_UNIT_ROUNDOFF,
+    "medium": BFLOAT16_UNIT_ROUNDOFF,
+}
+# The per-backend form of the same setting, which set_float32_matmul_precision also writes.
+_FP32_PRECISION_UNIT_ROUNDOFF = {
+    "ieee": FLOAT32_UNIT_ROUNDOFF,
+    "tf32": TF32_UNIT_ROUNDOFF,
+    "bf16": BFLOAT16_UNIT_ROUNDOFF,
+}
 
 # power_of_ten refuses a value whose log10 lies closer than this to the midpoint between two
 # powers of ten: there, another CPU's rounding (a few per cent) could pick the other power.
@@ -70,6 +101,51 @@ MATMUL_PASSES: dict[int, tuple[tuple[int, int], ...]] = {
     3: ((0, 0), (0, 1), (1, 0)),
     6: ((0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (2, 0)),
 }
+
+
+def matmul_unit_roundoff(passes: int | None) -> float:
+    """u of a float32 matmul's inputs under TorchTPU's `passes` (1, 3 or 6); None: float32.
+
+    Each pass count splits an input into 1, 2 or 3 bfloat16 pieces, keeping 8 bits each, and
+    never finer than float32's own 24."""
+    if passes is None:
+        return FLOAT32_UNIT_ROUNDOFF
+    if type(passes) is not int or passes not in MATMUL_PASSES:  # not True, 1.0 or "1"
+        raise ValueError(f"passes must be one of {sorted(MATMUL_PASSES)} or None, got {passes!r}")
+    pieces = 1 + max(max(pair) for pair in MATMUL_PASSES[passes])
+    return max(BFLOAT16_UNIT_ROUNDOFF**pieces, FLOAT32_UNIT_ROUNDOFF)
+
+
+def _matmul_precision_setting(device_type: str) -> Any:
+    """The `torch.backends` object whose `fp32_precision` governs float32 matmuls there."""
+    if device_type == "cuda":
+        return torch.backends.cuda.matmul
+    if device_type == "cpu":
+        return torch.backends.mkldnn.matmul
+    return torch.backends
+
+
+def device_matmul_unit_roundoff(device: torch.device) -> float:
+    """u of a float32 matmul on `device` as this program has set its precision up.
+
+    On a TPU, one bfloat16 pass: TorchTPU's default, and the loosest it allows, a bound for any
+    setting (PyTorch cannot say whether the program asked for more). Elsewhere the per-backend
+    `torch.backends.<backend>.matmul.fp32_precision` ("ieee", "tf32", "bf16") decides; where it
+    is unset ("none"), `torch.get_float32_matmul_precision()` does. That older getter raises
+    once a backend's setting no longer matches what its setter wrote, and then the unset
+    backend runs plain float32.
+    """
+    if not isinstance(device, torch.device):
+        raise TypeError(f"device must be a torch.device, got {device!r}")
+    if device.type == "tpu":
+        return matmul_unit_roundoff(1)
+    setting = _matmul_precision_setting(device.type).fp32_precision
+    if setting != "none":
+        return _FP32_PRECISION_UNIT_ROUNDOFF[setting]
+    try:
+        return _PRECISION_UNIT_ROUNDOFF[torch.get_float32_matmul_precision()]
+    except RuntimeError:  # the two APIs disagree, and this backend is unset
+        return FLOAT32_UNIT_ROUNDOFF
 
 
 def power_of_ten(value: float) -> int:
