@@ -119,7 +119,7 @@ def matmul_unit_roundoff(passes: int | None) -> float:
 def _matmul_precision_setting(device_type: str) -> Any:
     """The `torch.backends` object whose `fp32_precision` governs float32 matmuls there."""
     if device_type == "cuda":
-        return torch.backends.cuda.matmul
+        return torch.backends.cuda.matmul  # tpuready: ignore[cuda-backend-setting] (read only)
     if device_type == "cpu":
         return torch.backends.mkldnn.matmul
     return torch.backends
