@@ -41,7 +41,8 @@ __all__ = [
 FLOAT32_UNIT_ROUNDOFF = 2.0**-24  # 24 significand bits
 BFLOAT16_UNIT_ROUNDOFF = 2.0**-8  # 8 significand bits
 TF32_UNIT_ROUNDOFF = 2.0**-11  # 11 significand bits (10 stored)
-# What torch.set_float32_matmul_precision allows a GPU or CPU kernel to use.
+# The old getter's levels, read only where a backend's own setting is unset ("medium" allows
+# bf16 on the CPU and TF32 on CUDA: the looser of the two is the bound).
 _PRECISION_UNIT_ROUNDOFF = {
     "highest": FLOAT32_UNIT_ROUNDOFF,
     "high": TF32_UNIT_ROUNDOFF,
@@ -126,7 +127,8 @@ def _matmul_precision_setting(device_type: str) -> Any:
 
 
 def device_matmul_unit_roundoff(device: torch.device) -> float:
-    """u of a float32 matmul on `device` as this program has set its precision up.
+    """u of a float32 matmul on `device` as this program has set its precision up: the loosest
+    the setting allows (a CPU without bf16 kernels or a GPU without TF32 may still run float32).
 
     On a TPU, one bfloat16 pass: TorchTPU's default, and the loosest it allows, a bound for any
     setting (PyTorch cannot say whether the program asked for more). Elsewhere the per-backend

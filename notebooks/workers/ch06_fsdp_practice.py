@@ -138,9 +138,9 @@ def qwen3_run(
     device = torch.device(mesh.device_type)
     model = tiny_qwen3()  # the same weights on every rank and in every run
     model.train()
-    if checkpointing:  # transformers' own switch, non-reentrant as FSDP2 needs
-        model.gradient_checkpointing_enable(
-            gradient_checkpointing_kwargs={"use_reentrant": False}
+    if checkpointing:  # transformers' own switch, non-reentrant (its default)
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False}
         )
     layers = shard_transformers_model(model.to(device), mesh)
     generator = torch.Generator().manual_seed(1)

@@ -127,15 +127,23 @@ def run_schedule(
         stage, n_microbatches=microbatches, loss_fn=F.mse_loss
     )
     inputs, targets = make_batch()
-    losses: list[torch.Tensor] = []
-    saved = SavedBytes(list(module.parameters()))
-    with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
+
+    def step(losses: list[torch.Tensor]) -> None:
         if rank == 0:
             runner.step(inputs.to(device))
         elif rank == world_size - 1:
             runner.step(target=targets.to(device), losses=losses)
         else:
             runner.step()
+
+    # The first step also runs a forward of one microbatch to infer the
+    # stages' shapes, and keeps what it saved: measure the second step.
+    step([])
+    module.zero_grad()
+    losses: list[torch.Tensor] = []
+    saved = SavedBytes(list(module.parameters()))
+    with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
+        step(losses)
     return {
         "losses": [loss.item() for loss in losses],
         "gradients": {
