@@ -11,6 +11,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import NOTEBOOK_DIR
@@ -92,13 +93,30 @@ def test_vocab_parallel_worker_under_torchrun_matches_run_workers() -> None:
         startup_timeout_seconds=WORKER_TIMEOUT_SECONDS,
     )
     model, input_ids, targets = ch07_vocab_parallel.build_language_model_and_batch()
-    reference = ch07_vocab_parallel.next_token_loss(model(input_ids), targets).item()
+    reference_loss = ch07_vocab_parallel.next_token_loss(model(input_ids), targets)
+    reference_loss.backward()
+    reference = reference_loss.item()
+    reference_gradients = {
+        name: parameter.grad.numpy() for name, parameter in model.named_parameters()
+    }
     positions = ch07_tensor_parallel.BATCH_SIZE * ch07_tensor_parallel.SEQ_LEN
     for head in ch07_vocab_parallel.HEADS:
         got, expected = from_torchrun[head], results[0][head]
         assert math.isclose(got["loss"], expected["loss"], rel_tol=1e-6), head
         assert math.isclose(expected["loss"], reference, rel_tol=1e-5), head
         assert [tuple(r) for r in got["loss_sizes"]] == expected["loss_sizes"], head
+        # The gradients: every parameter's, gathered whole, equals one process's to float32
+        # rounding (the sums over vocabulary shards are ordered differently); the torchrun
+        # launch reports the embedding's as a checksum.
+        gradients = expected["gradients"]
+        assert gradients.keys() == reference_gradients.keys(), head
+        for name, reference_gradient in reference_gradients.items():
+            np.testing.assert_allclose(
+                gradients[name], reference_gradient, rtol=1e-4, atol=1e-6, err_msg=name
+            )
+        embed_sum = float(np.float64(gradients["embed.weight"]).sum())
+        assert math.isclose(got["embed_gradient_sum"], embed_sum, rel_tol=1e-4, abs_tol=1e-5)
+        assert np.abs(reference_gradients["embed.weight"]).max() > 0, "a gradient that is zero"
     # loss_parallel: three all-reduces of one float32 per position, logits sharded.
     assert results[0]["loss_parallel"]["loss_sizes"] == [("all_reduce", positions * 4)] * 3
     assert results[0]["loss_parallel"]["local_logits_shape"][-1] == (
