@@ -9,6 +9,7 @@ equal, with no tolerance.
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -25,7 +26,7 @@ if str(NOTEBOOK_DIR) not in sys.path:
 
 from workers.ch06_ddp import ddp_worker
 from workers.ch06_fsdp import fsdp_worker
-from workers.ch06_fsdp_practice import practice_worker
+from workers.ch06_fsdp_practice import MAX_NORM, practice_worker
 
 # Importing torch and joining the group takes seconds per rank, far more on a busy machine.
 TORCHRUN_TIMEOUT_SECONDS = 300
@@ -67,7 +68,22 @@ def test_practice_worker_under_torchrun_matches_run_workers() -> None:
     assert expected["clipped"]["returns"] == "DTensor"
     assert expected["clipped_unsharded"]["returns"] == "Tensor"
     assert expected["clipped"]["before"] > expected["clipped"]["after"]
+    # The sharded norm is the one-process norm of the same step (the squares are summed shard
+    # by shard, then across ranks: float32 rounding apart), and clipping leaves the limit.
+    assert math.isclose(
+        expected["clipped"]["before"], expected["clipped_unsharded"]["before"], rel_tol=1e-5
+    )
+    assert expected["clipped"]["before"] > MAX_NORM
+    assert math.isclose(expected["clipped"]["after"], MAX_NORM, rel_tol=1e-5)
+    assert math.isclose(expected["clipped_unsharded"]["after"], MAX_NORM, rel_tol=1e-5)
     assert expected["compiled_graphs"] == 1 and expected["compiled_graph_breaks"] == {}
     assert expected["qwen3_layers"] == 2 and expected["qwen3_tied"]
     assert expected["qwen3_checkpointed_saved_bytes"] < expected["qwen3_saved_bytes"] / 2
-    assert expected["qwen3_gradient_difference"] == 0.0
+    # Checkpointing recomputes the same ops: bit for bit on the CPU; an accelerator may fuse
+    # the recomputation apart, so there the bound is chapter 6's weight tolerance for bf16.
+    assert expected["device_type"] == printed["device_type"]
+    if expected["device_type"] == "cpu":
+        assert expected["qwen3_gradient_difference"] == 0.0
+    else:
+        assert expected["qwen3_gradient_difference"] <= 1e-3
+    assert math.isclose(expected["qwen3_loss"], expected["qwen3_reference_loss"], rel_tol=1e-5)

@@ -214,6 +214,7 @@ def practice_worker(rank: int, world_size: int) -> dict:
     )
     return {
         "rank": rank,
+        "device_type": device_type,  # where this rank computed
         "plain_losses": plain_losses,
         "clipped": clipped,
         "clipped_unsharded": clipped_unsharded,
