@@ -61,6 +61,20 @@ def run_torchrun(script: Path, num_ranks: int, *arguments: object, timeout_secon
     Returns the one JSON line (an object or a list) that rank 0 printed. The Part II tests
     compare it with what the same worker returns through `tpuready.launch.run_workers`.
     """
+    printed, _ = run_torchrun_with_stderr(
+        script, num_ranks, *arguments, timeout_seconds=timeout_seconds
+    )
+    return printed
+
+
+def run_torchrun_with_stderr(
+    script: Path,
+    num_ranks: int,
+    *arguments: object,
+    timeout_seconds: float,
+    extra_env: dict[str, str] | None = None,
+) -> tuple[Any, str]:
+    """`run_torchrun`, with `extra_env` set for every rank: rank 0's JSON and all stderr."""
     completed = subprocess.run(
         [
             sys.executable,
@@ -72,7 +86,7 @@ def run_torchrun(script: Path, num_ranks: int, *arguments: object, timeout_secon
             *map(str, arguments),
         ],
         cwd=REPOSITORY,
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        env=dict(os.environ, OMP_NUM_THREADS="1", **(extra_env or {})),
         capture_output=True,
         text=True,
         timeout=timeout_seconds,
@@ -81,4 +95,4 @@ def run_torchrun(script: Path, num_ranks: int, *arguments: object, timeout_secon
     assert completed.returncode == 0, completed.stderr[-4000:]
     json_lines = [line for line in completed.stdout.splitlines() if line.startswith(("{", "["))]
     assert len(json_lines) == 1, f"expected one JSON line from rank 0:\n{completed.stdout}"
-    return json.loads(json_lines[0])
+    return json.loads(json_lines[0]), completed.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import NOTEBOOK_DIR
+from conftest import NOTEBOOK_DIR, run_torchrun_with_stderr
 from conftest import run_torchrun as run_torchrun_with_timeout
 
 from tpuready.launch import run_workers
@@ -24,7 +24,12 @@ from tpuready.launch import run_workers
 if str(NOTEBOOK_DIR) not in sys.path:
     sys.path.insert(0, str(NOTEBOOK_DIR))
 
-from workers import ch07_qwen3_tp_plan, ch07_tensor_parallel, ch07_vocab_parallel
+from workers import (
+    ch07_fsdp_tp_practice,
+    ch07_qwen3_tp_plan,
+    ch07_tensor_parallel,
+    ch07_vocab_parallel,
+)
 
 # Importing torch (and transformers) on every rank takes seconds each, far more on a busy
 # 2-core machine: generous bounds, so a hang fails the test instead of stalling the suite.
@@ -123,3 +128,54 @@ def test_vocab_parallel_worker_under_torchrun_matches_run_workers() -> None:
         ch07_vocab_parallel.VOCAB_SIZE // world_size
     )
     assert results[0]["gathered"]["loss_sizes"] == []
+
+
+def test_fsdp_tp_practice_under_torchrun_matches_run_workers() -> None:
+    world_size = 4
+    from_torchrun, stderr = run_torchrun_with_stderr(
+        NOTEBOOK_DIR / "workers" / "ch07_fsdp_tp_practice.py",
+        world_size,
+        timeout_seconds=TORCHRUN_TIMEOUT_SECONDS,
+        extra_env={"TORCH_LOGS": "recompiles"},
+    )
+    expected = run_workers(
+        ch07_fsdp_tp_practice.fsdp_tp_practice,
+        world_size,
+        timeout_seconds=WORKER_TIMEOUT_SECONDS,
+        startup_timeout_seconds=WORKER_TIMEOUT_SECONDS,
+    )[0]
+    for key in ("meshes", "compiled_graphs", "graph_breaks", "standard_clip_error"):
+        assert from_torchrun[key] == expected[key], key
+    # The norms' weights on dp alone, the rest on dp x tp: the standard call refuses them.
+    assert expected["meshes"] == {"dp": 4, "dp/tp": 14}
+    assert expected["standard_clip_error"] == "RuntimeError"
+    # One graph per block, and the chapter's reason for the second, read from Dynamo's log.
+    assert expected["compiled_graphs"] == ch07_tensor_parallel.MODEL_SIZES["num_layers"]
+    assert expected["graph_breaks"] == {}
+    assert "tensor 'x' requires_grad mismatch" in stderr
+    # The norm of norms is one process's norm; the clipped gradients are its gradients scaled.
+    model, inputs = ch07_tensor_parallel.build_model_and_batch()
+    model(inputs).pow(2).mean().backward()
+    reference_norm = torch.nn.utils.clip_grad_norm_(
+        model.parameters(), ch07_fsdp_tp_practice.MAX_NORM
+    ).item()
+    assert reference_norm > ch07_fsdp_tp_practice.MAX_NORM
+    for result in (from_torchrun, expected):
+        assert math.isclose(result["norm_before"], reference_norm, rel_tol=1e-5)
+        assert math.isclose(result["norm_after"], ch07_fsdp_tp_practice.MAX_NORM, rel_tol=1e-5)
+    for name, parameter in model.named_parameters():
+        clipped = parameter.grad.numpy()
+        np.testing.assert_allclose(
+            expected["clipped_gradients"][name], clipped, rtol=1e-4, atol=1e-7, err_msg=name
+        )
+        assert math.isclose(
+            from_torchrun["clipped_gradient_sums"][name],
+            float(np.float64(clipped).sum()),
+            rel_tol=1e-4,
+            abs_tol=1e-6,
+        ), name
+
+
+def test_by_mesh_refuses_plain_parameters() -> None:
+    with pytest.raises(TypeError, match="shard the model first, got a Parameter"):
+        ch07_fsdp_tp_practice.by_mesh(torch.nn.Linear(2, 2).parameters())
