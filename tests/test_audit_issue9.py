@@ -10,9 +10,10 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import REPOSITORY
 
-from tpuready import audit
+from tpuready import audit, fix
 
 FIXTURES = REPOSITORY / "tests" / "fixtures" / "audit" / "issue9"
 EXPECT_MARKER = re.compile(r"#\s*expect:\s*(?P<items>[\w\-,/ ]+)$")
@@ -69,6 +70,51 @@ def test_backend_setting_advice_follows_the_value_assigned() -> None:
     assert "use_deterministic_algorithms(True)" not in lines[6].suggestion
     assert lines[7].suggestion.startswith("torch.use_deterministic_algorithms(True)")
     assert lines[8].suggestion.startswith('torch.set_float32_matmul_precision("high")')
+
+
+def _suggestion(source: str) -> str:
+    (finding,) = audit.audit_code("import torch\n" + source)
+    return finding.suggestion
+
+
+def test_a_default_tensor_type_becomes_a_default_device_and_a_default_dtype() -> None:
+    for source in (
+        "torch.set_default_tensor_type(torch.cuda.HalfTensor)\n",
+        'torch.set_default_tensor_type("torch.cuda.HalfTensor")\n',
+    ):
+        suggestion = _suggestion(source)
+        assert suggestion.startswith(
+            "torch.set_default_device(device) and torch.set_default_dtype(torch.float16)"
+        ), source
+        assert "torch.tensor(" not in suggestion
+
+
+def test_deterministic_algorithms_come_with_their_caveat() -> None:
+    suggestion = _suggestion("torch.backends.cudnn.deterministic = True\n")
+    assert suggestion.startswith("torch.use_deterministic_algorithms(True)")
+    assert "AdaptiveAvgPool2d" in suggestion and "warn_only=True" in suggestion
+
+
+def test_float64_advice_never_sends_counts_to_bfloat16() -> None:
+    suggestion = _suggestion("counts = torch.zeros(2, dtype=torch.float64, device=device)\n")
+    assert "never for counts or sums" in suggestion and "int64" in suggestion
+    # The example it gives is bfloat16's rounding of 12345 (8 significant bits).
+    assert torch.tensor(12345.0).to(torch.bfloat16).item() == 12352.0
+    assert "12345 becomes 12352" in suggestion
+
+
+def test_tf32_advice_says_what_high_means_on_torchtpu() -> None:
+    suggestion = _suggestion("torch.backends.cuda.matmul.allow_tf32 = True\n")
+    assert 'only when device.type == "cuda"' in suggestion
+    assert "three bf16 passes" in suggestion
+
+
+def test_per_rank_advice_is_one_recipe_in_the_audit_and_the_fix() -> None:
+    suggestion = _suggestion("torch.cuda.set_device(local_rank)\n")
+    assert suggestion == audit.per_rank_advice("local_rank")
+    assert fix._PER_RANK_ADVICE.endswith(audit.per_rank_advice("local_rank"))
+    # Never "set_device_index(local_rank)" next to "TorchTPU wants index 0".
+    assert "if torch.accelerator.device_count() > 1 else 0" in fix._PER_RANK_ADVICE
 
 
 def test_cudnn_allow_tf32_is_not_sent_to_the_matmul_precision() -> None:

@@ -530,3 +530,44 @@ def test_any_python_is_fixed_or_refused_with_a_clear_error(source: str) -> None:
         warnings.simplefilter("ignore", SyntaxWarning)  # generated code may call an int
         compile(result.fixed, "<fixed>", "exec")
     assert fix.fix_source(result.fixed).fixed == result.fixed
+
+
+def test_deliberate_cuda_checks_stay_cuda_checks_in_the_audit_and_the_fix() -> None:
+    source = (FIXTURES / "deliberate_cuda_checks.py").read_text(encoding="utf-8")
+    lines = source.splitlines()
+    guarded = {
+        lines[finding.line - 1].strip()
+        for finding in audit.audit_code(source)
+        if finding.severity == audit.GUARDED
+    }
+    kept = {
+        "HAS_CUDA = torch.cuda.is_available()",
+        "torch.cuda.is_available()",  # in `use_fp8_kernels`' `and`
+        "and torch.cuda.get_device_capability() >= (9, 0)",
+        '@unittest.skipUnless(torch.cuda.is_available(), "CUDA-only kernel")',
+        '@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")',
+        "torch.cuda.synchronize()",  # under `if HAS_CUDA:`
+    }
+    assert guarded == kept
+    fixed = fix.fix_source(source).fixed
+    fixed_lines = [line.strip() for line in fixed.splitlines()]
+    for line in kept:
+        assert fixed_lines.count(line) == 1, line
+    # The shapes that check nothing about CUDA itself become the portable probe.
+    assert "available = torch.accelerator.is_available()" in fixed
+    assert "return torch.accelerator.is_available() and batch_size > 1" in fixed
+
+
+def test_a_cuda_flag_in_a_notebook_cell_stays_when_torch_is_imported_in_another(
+    tmp_path: Path,
+) -> None:
+    path = _notebook(
+        tmp_path,
+        nbformat.v4.new_code_cell("import torch as th"),
+        nbformat.v4.new_code_cell(
+            "USE_CUDA = th.cuda.is_available()\nready = th.cuda.is_available()"
+        ),
+    )
+    fixed_lines = dict(fix.fix_notebook(path).cells)[2].fixed.splitlines()  # cells from 1
+    assert "USE_CUDA = th.cuda.is_available()" in fixed_lines
+    assert "ready = torch.accelerator.is_available()" in fixed_lines

@@ -11,9 +11,12 @@ Each finding has a severity:
 
 - `must-change`: the line ties the code to CUDA; port it.
 - `guarded`: CUDA-only code inside an explicit guard (`if device.type == "cuda":`,
-  `if torch.cuda.is_available():`, the else-branch of their negation). It is correct as it
-  stands; review it. A guard that probes for CUDA is never to be "fixed" into a probe that is
-  also true on a TPU (`torch.accelerator.is_available()`).
+  `if torch.cuda.is_available():`, the else-branch of their negation), and the probes that
+  check for CUDA on purpose outside an `if`: an `and` that also asks which CUDA
+  (`torch.version.hip`, a compute capability), a test-skip decorator's condition, a flag named
+  for CUDA (`HAS_CUDA = torch.cuda.is_available()`). It is correct as it stands; review it.
+  A guard that probes for CUDA is never to be "fixed" into a probe that is also true on a
+  TPU (`torch.accelerator.is_available()`), and `--fix` leaves every `guarded` finding.
 - `note`: worth knowing, but not a tie (float64 in a file that never names a device,
   `torch.inference_mode` in a file that never compiles, a file skipped for its size).
 
@@ -169,6 +172,29 @@ _CUDA_PROBES = frozenset(
         "torch.backends.cudnn.is_available",
         "torch.version.cuda",
         "torch.version.hip",
+    }
+)
+# Probes that ask which CUDA, not whether an accelerator is there: a test that also reads one
+# (`torch.cuda.is_available() and torch.version.hip is None`) checks for CUDA on purpose.
+_CUDA_IDENTITY_PROBES = frozenset(
+    {
+        "torch.cuda.get_device_capability",
+        "torch.cuda.get_device_name",
+        "torch.cuda.get_device_properties",
+        "torch.backends.cudnn.is_available",
+        "torch.version.cuda",
+        "torch.version.hip",
+    }
+)
+# Decorators that skip a test on a condition: a CUDA probe there keeps CUDA-only tests off
+# other devices, so it is a CUDA check on purpose.
+_TEST_SKIP_DECORATORS = frozenset(
+    {
+        "unittest.skipIf",
+        "unittest.skipUnless",
+        "unittest.case.skipIf",
+        "unittest.case.skipUnless",
+        "pytest.mark.skipif",
     }
 )
 # `torch.cuda.*` names tpuready.accelerator_api has no row for, with the portable spelling.
@@ -591,6 +617,13 @@ class _Auditor:
                     base = base.value
                 if not isinstance(base, ast.Name):
                     pending.append((base, flags))
+            elif (probe := self.deliberate_cuda_check(node)) is not None:
+                # The probe is a CUDA check on purpose; the rest of the node is walked as usual.
+                for child in ast.iter_child_nodes(node):
+                    if type(child) not in _LEAF_TYPES:
+                        pending.append(
+                            (child, flags | _GUARD_TEST_FLAG if child in probe else flags)
+                        )
             elif node_type is ast.If or node_type is ast.IfExp:
                 polarity = self.guard_polarity(node)
                 test_flags = flags | _GUARD_TEST_FLAG if polarity is not None else flags
@@ -665,6 +698,37 @@ class _Auditor:
         ):
             return True
         return True if self._is_probe(node) else None
+
+    def deliberate_cuda_check(self, node: ast.AST) -> list[ast.AST] | None:
+        """The children of `node` that check for CUDA on purpose, or None when none do.
+
+        Outside an `if`, three shapes do: an `and` that also asks which CUDA (a compute
+        capability, ROCm's `torch.version.hip`), the condition of a test-skip decorator, and
+        a probe assigned to a CUDA flag (`HAS_CUDA = torch.cuda.is_available()`). Each guards
+        CUDA-only code, so `torch.accelerator.is_available()` would be wrong there.
+        """
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+            reads_identity = any(
+                isinstance(inner, ast.Name | ast.Attribute)
+                and self.qualify(inner) in _CUDA_IDENTITY_PROBES
+                for value in node.values
+                for inner in ast.walk(value)
+            )
+            return list(node.values) if reads_identity else None
+        if isinstance(node, ast.Call) and self.qualify(node.func) in _TEST_SKIP_DECORATORS:
+            condition = node.args[0] if node.args else None
+            if condition is None or self.is_cuda_test(condition) is None:
+                return None
+            return [condition]
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and _CUDA_FLAG_NAME.search(node.targets[0].id) is not None
+            and self.is_cuda_test(node.value) is not None
+        ):
+            return [node.value]
+        return None
 
     def _is_probe(self, node: ast.AST) -> bool:
         while isinstance(node, ast.Subscript):
@@ -789,14 +853,14 @@ class _Auditor:
             index_text = index if isinstance(index, str) else _shown(index, 30)
             if not as_type and index_text != "0":
                 suggestion = (
-                    _per_rank_advice(index_text)
+                    per_rank_advice(index_text)
                     + " (a torchrun port that uses current_accelerator() alone puts every rank "
                     "on device 0 of a CUDA host)"
                 )
         self.report("cuda-device-string", node, message, suggestion)
 
 
-def _per_rank_advice(index: str) -> str:
+def per_rank_advice(index: str) -> str:
     """The per-process device of a torchrun port, right on a CUDA host (one process per GPU,
     each sees them all) and on TorchTPU (each process sees one device, index 0)."""
     return (
@@ -848,16 +912,50 @@ def _check_cuda_amp(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:
     audit.report("cuda-amp", node, f"`{name}` is CUDA-only (and deprecated)", suggestion)
 
 
+_TENSOR_TYPE_DTYPES: Mapping[str, str] = MappingProxyType(
+    {
+        "FloatTensor": "torch.float32",
+        "DoubleTensor": "torch.float64",
+        "HalfTensor": "torch.float16",
+        "BFloat16Tensor": "torch.bfloat16",
+    }
+)
+
+
+def _default_type_advice(type_name: str) -> str:
+    """`set_default_tensor_type(torch.cuda.HalfTensor)` sets a device and a dtype: two calls."""
+    dtype = _TENSOR_TYPE_DTYPES.get(type_name.rsplit(".", 1)[-1], "...")
+    return (
+        f"torch.set_default_device(device) and torch.set_default_dtype({dtype}) "
+        "(set_default_dtype takes floating-point types only)"
+    )
+
+
 def _check_cuda_tensor_type(audit: _Auditor, node: ast.AST) -> None:
     if isinstance(node, ast.Call):
         if _last_name(node.func) in {"set_default_tensor_type", "type"} and node.args:
-            text = _string_value(node.args[0])
+            argument = node.args[0]
+            if isinstance(argument, ast.Name | ast.Attribute):
+                name = audit.qualify(argument)
+                if (
+                    name is not None
+                    and _CUDA_TENSOR_TYPE.fullmatch(name)
+                    and _last_name(node.func) == "set_default_tensor_type"
+                ):
+                    audit.report(
+                        "cuda-tensor-type",
+                        argument,
+                        f"`{name}` is a CUDA-only tensor type",
+                        _default_type_advice(name),
+                    )
+                return
+            text = _string_value(argument)
             if text is not None and _CUDA_TENSOR_TYPE.fullmatch(text):
                 audit.report(
                     "cuda-tensor-type",
                     node.args[0],
                     f"{text!r} is a CUDA-only tensor type",
-                    "torch.set_default_dtype(...) and torch.set_default_device(device)"
+                    _default_type_advice(text)
                     if _last_name(node.func) == "set_default_tensor_type"
                     else ".to(device, dtype)",
                 )
@@ -928,7 +1026,11 @@ def _setting_suggestion(setting: str, value: ast.AST | None) -> str:
                 "(torch.use_deterministic_algorithms(False) is the backend-neutral spelling)"
             )
         argument = "True" if value is None else shown
-        return f"torch.use_deterministic_algorithms({argument}), the backend-neutral switch"
+        return (
+            f"torch.use_deterministic_algorithms({argument}), the backend-neutral switch; it is "
+            "stricter than the cuDNN flag: ops with no deterministic kernel raise (the CUDA "
+            "backward of AdaptiveAvgPool2d, for one), and warn_only=True reports them instead"
+        )
     if setting == "benchmark":
         return (
             'remove it, or set it only when device.type == "cuda" '
@@ -944,7 +1046,11 @@ def _setting_suggestion(setting: str, value: ast.AST | None) -> str:
             return 'torch.set_float32_matmul_precision("highest") (the default: TF32 off)'
         if value is not None and not _is_true(value):
             return f'torch.set_float32_matmul_precision("high" if {shown} else "highest")'
-        return 'torch.set_float32_matmul_precision("high")'
+        return (
+            'torch.set_float32_matmul_precision("high"), only when device.type == "cuda": '
+            'there it means TF32; on TorchTPU "high" means three bf16 passes per float32 matmul '
+            "(its default is one), slower, where the original line did nothing"
+        )
     if setting == "enabled":
         return "remove it: cuDNN is never used off CUDA GPUs"
     if setting == "sdp_kernel":
@@ -1098,7 +1204,7 @@ def _check_set_device(audit: _Auditor, call: ast.Call) -> None:
         call,
         f"`{_shown(call.func, 40)}({shown})` picks a device by index; on TorchTPU "
         "set_device(i) for another index raises",
-        _per_rank_advice(shown),
+        per_rank_advice(shown),
     )
 
 
@@ -1263,7 +1369,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         "(never the portable `torch.accelerator.set_device_index`)",
         (ast.Call,),
         _check_set_device,
-        "torch.accelerator.set_device_index(i); TorchTPU wants index 0",
+        per_rank_advice("i"),
     ),
     Rule(
         "cuda-method",
@@ -1393,7 +1499,9 @@ RULE_TABLE: tuple[Rule, ...] = (
         "file that names no device",
         (ast.Call,),
         _check_float64,
-        "torch.float32 (or bfloat16); keep float64 for checks on the CPU",
+        "torch.float32 (bfloat16 only where precision allows, never for counts or sums: "
+        "12345 becomes 12352; counts summed across ranks go in int64); keep float64 for checks "
+        "on the CPU",
     ),
     Rule(
         "inference-mode",

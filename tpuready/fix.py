@@ -35,6 +35,9 @@ after the imports (and `import torch` when the module lacks it).
 
 Code inside an explicit CUDA guard (`if torch.cuda.is_available():`, `if device.type ==
 "cuda":`, `x if torch.cuda.is_available() else y`) is left alone: it is correct as it stands.
+So is every `torch.cuda` name the audit reports as `guarded` (`tpuready.audit`'s verdict, not
+a second opinion): `HAS_CUDA = torch.cuda.is_available()`, `@unittest.skipUnless(
+torch.cuda.is_available(), ...)`, `torch.cuda.is_available() and torch.version.hip is None`.
 What cannot be fixed safely is left and reported with advice: a device index (`"cuda:1"`,
 `f"cuda:{local_rank}"`, `.cuda(local_rank)`, `.to(local_rank)`, `device_ids=[local_rank]`),
 cuDNN and CUDA backend settings, and `torch.cuda` names with no same-argument replacement.
@@ -62,6 +65,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from tpuready.accelerator_api import CUDA_TO_ACCELERATOR, equivalent_for
+from tpuready.audit import GUARDED, audit_code, per_rank_advice
 from tpuready.audit_sources import AuditInputError, read_python_and_encoding
 
 __all__ = [
@@ -141,11 +145,7 @@ NEEDS_AN_ACCELERATOR: frozenset[str] = frozenset(
 _DIFFERENT_RESULT = frozenset({"get_device_capability"})
 
 _ACCELERATOR_GUARD = "torch.accelerator.is_available()"
-_PER_RANK_ADVICE = (
-    "choose the device once per process: torch.accelerator.set_device_index(local_rank), then "
-    "device = torch.device(device.type, local_rank) (TorchTPU wants index 0: one device per "
-    "process)"
-)
+_PER_RANK_ADVICE = "choose the device once per process: " + per_rank_advice("local_rank")
 _INDEX_ADVICE = "an integer is a CUDA device index (TorchTPU ignores it): " + _PER_RANK_ADVICE
 _DEVICE_IDS_ADVICE = (
     "drop device_ids/output_device once the model is on device (DDP then uses the module's "
@@ -426,10 +426,17 @@ def _makes_a_device(value: cst.BaseExpression) -> bool:
 class _Rewriter(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, facts: _ModuleFacts, module: cst.Module) -> None:
+    def __init__(
+        self,
+        facts: _ModuleFacts,
+        module: cst.Module,
+        guarded: frozenset[tuple[int, int]] = frozenset(),
+    ) -> None:
         super().__init__()
         self.facts = facts
         self.module = module
+        # (line, 1-based column) of what the audit calls a CUDA check kept on purpose.
+        self.guarded = guarded
         self.changes: list[Change] = []
         self.left: list[LeftUnfixed] = []
         self.uses_torch = False
@@ -712,10 +719,12 @@ class _Rewriter(cst.CSTTransformer):
         if isinstance(call, cst.Call):
             name = self._qualify(call.func) or ""
             member = name.removeprefix("torch.cuda.")
+            position = self.get_metadata(PositionProvider, call.func).start
             if (
                 name.startswith("torch.cuda.")
                 and member in NEEDS_AN_ACCELERATOR
                 and member in _DIRECT
+                and (position.line, position.column + 1) not in self.guarded
             ):
                 self._statement_calls.add(id(call.func))
                 self._statement_of[id(call.func)] = call
@@ -757,6 +766,9 @@ class _Rewriter(cst.CSTTransformer):
         name = self._qualify(original)
         if name is None or not name.startswith("torch.cuda."):
             return updated
+        position = self.get_metadata(PositionProvider, original).start
+        if (position.line, position.column + 1) in self.guarded:
+            return updated  # the audit's verdict: a CUDA check on purpose, correct as it is
         member = name.removeprefix("torch.cuda.")
         if member == "amp" or member.startswith("amp."):
             if member not in {"amp.autocast", "amp.GradScaler"} or (
@@ -1169,6 +1181,23 @@ def _may_need_fixing(source: str, aliases: dict[str, str]) -> bool:
     )
 
 
+def _guarded_positions(source: str, aliases: dict[str, str]) -> frozenset[tuple[int, int]]:
+    """Where the audit finds CUDA code that is correct as it stands, as (line, column).
+
+    The fixer leaves those alone instead of deciding again what a CUDA guard is. A notebook
+    cell is audited after one import line per name its other cells import, so that the audit
+    resolves the same names; the positions are shifted back to the cell's lines.
+    """
+    imports = [f"import {full} as {name}" for name, full in sorted(aliases.items())]
+    prelude = "".join(f"{line}\n" for line in imports)
+    findings = audit_code(prelude + source)
+    return frozenset(
+        (finding.line - len(imports), finding.column)
+        for finding in findings
+        if finding.severity == GUARDED and finding.line > len(imports)
+    )
+
+
 def _rewrite(
     source: str,
     *,
@@ -1194,7 +1223,7 @@ def _rewrite(
     module.visit(facts)
     facts.aliases = {**(aliases_elsewhere or {}), **facts.aliases}
     facts.binds_torch = facts.binds_torch or "torch" in bound_elsewhere
-    rewriter = _Rewriter(facts, module)
+    rewriter = _Rewriter(facts, module, _guarded_positions(source, facts.aliases))
     if "device" in bound_elsewhere and rewriter.device_scopes[0] is None:
         rewriter.device_scopes[0] = "device"
     fixed = wrapper.visit(rewriter)
