@@ -315,3 +315,51 @@ def test_pre_commit_hook_runs_the_audit() -> None:
     assert hook["entry"] == "python -m tpuready audit-source"
     assert hook["language"] == "python"
     assert hook["types_or"] == ["python", "jupyter"]
+
+
+def test_an_unreadable_folder_is_named_and_the_rest_still_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "train.py").write_text("import torch\nx = torch.ones(2).cuda()\n")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "hidden.py").write_text("import torch\ny = torch.ones(2).cuda()\n")
+    real_scandir = os.scandir
+
+    def scandir(path: object = ".") -> object:  # chmod 000 does not stop root: refuse here
+        if Path(os.fsdecode(path)) == locked:
+            raise PermissionError(13, "Permission denied", os.fsdecode(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    status = cli.run_audit_source([str(tmp_path)], "json", stdout, stderr)
+    assert status == cli.EXIT_USAGE
+    assert f"cannot read folder {locked}: Permission denied" in stderr.getvalue()
+    findings = json.loads(stdout.getvalue())
+    assert [(Path(f["path"]).name, f["rule"]) for f in findings] == [("train.py", "cuda-method")]
+    with pytest.raises(audit.AuditInputError, match="cannot read folder"):
+        audit.find_source_files(tmp_path)
+
+
+def test_json_output_is_json_even_when_no_path_can_be_read(tmp_path: Path) -> None:
+    stdout, stderr = io.StringIO(), io.StringIO()
+    status = cli.run_audit_source([str(tmp_path / "missing.py")], "json", stdout, stderr)
+    assert status == cli.EXIT_USAGE and "no such file or folder" in stderr.getvalue()
+    assert json.loads(stdout.getvalue()) == []
+
+
+def test_a_file_too_large_to_audit_is_counted_and_fails_the_exit_status(tmp_path: Path) -> None:
+    line = "x = torch.ones(2).cuda()\n"
+    big = tmp_path / "generated.py"
+    big.write_text("import torch\n" + line * (audit.MAX_FILE_BYTES // len(line) + 1))
+    (tmp_path / "clean.py").write_text("print('portable')\n")
+    stdout, stderr = io.StringIO(), io.StringIO()
+    status = cli.run_audit_source(
+        [str(tmp_path)], "text", stdout, stderr, severity=audit.MUST_CHANGE
+    )
+    assert status == cli.EXIT_FINDINGS
+    assert (
+        stdout.getvalue().splitlines()[-1] == "0 findings (2 files scanned, 1 skipped: too large)"
+    )
+    assert audit.run_audit(tmp_path, use_config=False).files_skipped == 1

@@ -6,9 +6,11 @@ Subcommands:
                          --diff, show that rewrite as a unified diff (the fixer's exit status)
 
 Exit status of `audit-source`: 0 when clean, 1 when there are findings (at or above
-`--severity`; a file or notebook cell that does not parse counts as a `syntax-error` finding),
-2 on bad arguments or a path that is missing or cannot be read (the message names it; readable
-files are still reported), 3 when the audit itself failed on a file (one line names the file
+`--severity`; a file or notebook cell that does not parse counts as a `syntax-error` finding)
+or a file too large to audit (the summary counts it, whatever `--severity`), 2 on bad
+arguments or a path that is missing or cannot be read (the message names it; every readable
+file, also beside an unreadable folder, is still reported, and `--format json` always prints
+a JSON list), 3 when the audit itself failed on a file (one line names the file
 and says "internal error"). With no subcommand, or an unknown one, the usage goes to stderr and
 the status is 2.
 """
@@ -45,7 +47,8 @@ def _build_parser() -> argparse.ArgumentParser:
             "Scan Python files, notebooks and folders (recursively; .venv, .git, _build,\n"
             "__pycache__ and hidden folders skipped) for CUDA-only code. [tool.tpuready] in\n"
             "the project's pyproject.toml may list rules to `skip` and paths to `exclude`.\n"
-            "Exit status: 0 clean, 1 findings, 2 bad arguments or unreadable paths,\n"
+            "Exit status: 0 clean, 1 findings or a file too large to audit, 2 bad\n"
+            "arguments or unreadable paths (the rest is still reported),\n"
             "3 internal error.\n\nRules:\n" + rules
         ),
     )
@@ -91,6 +94,8 @@ def run_audit_source(
         result = audit.run_audit(paths, use_config=use_config)
     except audit.AuditInputError as error:
         print(f"tpuready audit-source: error: {error}", file=stderr)
+        if output_format == "json":
+            stdout.write(audit.format_json([]))  # a JSON reader always gets JSON
         return EXIT_USAGE
     shown = audit.SEVERITIES[: audit.SEVERITIES.index(severity) + 1]
     findings = [finding for finding in result.findings if finding.severity in shown]
@@ -103,12 +108,17 @@ def run_audit_source(
     elif output_format == "github":
         stdout.write(audit.format_github(findings))
     else:
-        stdout.write(audit.format_text(findings, files_scanned=result.files_scanned))
+        stdout.write(
+            audit.format_text(
+                findings, files_scanned=result.files_scanned, files_skipped=result.files_skipped
+            )
+        )
     if result.internal_errors:
         return EXIT_INTERNAL_ERROR
     if result.errors:
         return EXIT_USAGE
-    return EXIT_FINDINGS if findings else EXIT_CLEAN
+    # A file too large to audit is not a clean file, whatever severities are shown.
+    return EXIT_FINDINGS if findings or result.files_skipped else EXIT_CLEAN
 
 
 def _run_fix(paths: Sequence[str], *, write: bool) -> int:

@@ -65,6 +65,7 @@ from tpuready.audit_sources import (
     AuditConfig,
     AuditInputError,
     find_source_files,
+    find_source_files_and_unreadable,
     ignored_rules_by_line,
     is_too_large,
     load_config,
@@ -1716,11 +1717,14 @@ def audit_file(path: PathArgument) -> list[Finding]:
 
 @dataclass
 class AuditResult:
-    """What `run_audit` found: the findings, how many files were read, and one line per file
-    that could not be read (`errors`) or that made the audit itself fail (`internal_errors`)."""
+    """What `run_audit` found: the findings, how many files were read and how many of them
+    were too large to audit (`files_skipped`, each also a `skipped-file` note), and one line
+    per file or folder that could not be read (`errors`) or that made the audit itself fail
+    (`internal_errors`)."""
 
     findings: list[Finding]
     files_scanned: int
+    files_skipped: int = 0
     errors: list[str] = field(default_factory=list)
     internal_errors: list[str] = field(default_factory=list)
 
@@ -1764,7 +1768,7 @@ def run_audit(
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     paths = list(paths)
-    files = find_source_files(paths)
+    files, unreadable = find_source_files_and_unreadable(paths)
     if config is None:
         config = load_config(paths[0], RULES) if use_config else AuditConfig()
     files = [file for file in files if not config.excludes(file)]
@@ -1774,7 +1778,7 @@ def run_audit(
             outcomes = list(pool.map(_audit_one, files, chunksize=8))
     else:
         outcomes = [_audit_one(file) for file in files]
-    result = AuditResult(findings=[], files_scanned=0)
+    result = AuditResult(findings=[], files_scanned=0, errors=list(unreadable))
     for findings, error, internal_error in outcomes:
         if error is not None:
             result.errors.append(error)
@@ -1782,6 +1786,7 @@ def run_audit(
             result.internal_errors.append(internal_error)
         else:
             result.files_scanned += 1
+            result.files_skipped += any(f.rule == "skipped-file" for f in findings)
             result.findings += [f for f in findings if f.rule not in config.skip]
     result.findings.sort(key=Finding.sort_key)
     return result
@@ -1809,10 +1814,12 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
-def format_text(findings: Sequence[Finding], files_scanned: int | None = None) -> str:
+def format_text(
+    findings: Sequence[Finding], files_scanned: int | None = None, files_skipped: int = 0
+) -> str:
     """Findings grouped by severity (must change, guarded, notes), one line each
     (`file:line  rule: message  ->  suggestion`), then a summary line such as
-    `3 findings in 2 files (5 files scanned)`."""
+    `3 findings in 2 files (5 files scanned)`, or `(5 files scanned, 1 skipped: too large)`."""
     ordered = sorted(findings, key=Finding.sort_key)
     lines: list[str] = []
     for severity in SEVERITIES:
@@ -1825,7 +1832,8 @@ def format_text(findings: Sequence[Finding], files_scanned: int | None = None) -
     if ordered:
         summary += f" in {_count(files_with_findings, 'file')}"
     if files_scanned is not None:
-        summary += f" ({_count(files_scanned, 'file')} scanned)"
+        skipped = f", {files_skipped} skipped: too large" if files_skipped else ""
+        summary += f" ({_count(files_scanned, 'file')} scanned{skipped})"
     return "\n".join([*lines, summary]) + "\n"
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "AuditInputError",
     "NotebookCell",
     "find_source_files",
+    "find_source_files_and_unreadable",
     "ignored_rules_by_line",
     "load_config",
     "parse_python",
@@ -283,16 +284,30 @@ def _identity(path: Path) -> Path:
 def find_source_files(paths: PathArgument | Iterable[PathArgument]) -> list[Path]:
     """The `.py` and `.ipynb` files to audit: files as given, folders searched recursively
     (skipping `SKIPPED_DIRECTORIES`, hidden folders, hidden files and anything that is not a
-    regular file; symlinked folders are not followed), in a stable order."""
+    regular file; symlinked folders are not followed), in a stable order.
+
+    Raises AuditInputError for a bad path and for a folder inside that cannot be read."""
+    files, unreadable = find_source_files_and_unreadable(paths)
+    if unreadable:
+        raise AuditInputError(unreadable[0])
+    return files
+
+
+def find_source_files_and_unreadable(
+    paths: PathArgument | Iterable[PathArgument],
+) -> tuple[list[Path], list[str]]:
+    """`find_source_files`, except that a folder inside that cannot be read is named (one
+    line each, second item) instead of discarding every file found around it."""
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     given = [Path(path) for path in paths]
     if not given:
         raise AuditInputError("no paths given: name at least one file or folder to audit")
     files: list[Path] = []
+    unreadable: list[str] = []
 
     def refuse_folder(error: OSError) -> None:
-        raise AuditInputError(f"cannot read folder {error.filename}: {error.strerror}")
+        unreadable.append(f"cannot read folder {error.filename}: {error.strerror}")
 
     for path in given:
         if path.is_dir():
@@ -322,7 +337,7 @@ def find_source_files(paths: PathArgument | Iterable[PathArgument]) -> list[Path
     unique: dict[Path, Path] = {}
     for file in files:
         unique.setdefault(_identity(file), file)
-    return list(unique.values())
+    return list(unique.values()), unreadable
 
 
 # --------------------------------------------------------------------------------------------
