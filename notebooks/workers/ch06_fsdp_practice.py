@@ -230,6 +230,9 @@ def practice_worker(rank: int, world_size: int) -> dict:
         "qwen3_saved_bytes": plain["saved_bytes"],
         "qwen3_checkpointed_saved_bytes": checkpointed["saved_bytes"],
         "qwen3_gradient_difference": gradient_difference,
+        "qwen3_largest_gradient": max(
+            g.abs().max().item() for g in plain["gradients"]
+        ),
     }
 
 

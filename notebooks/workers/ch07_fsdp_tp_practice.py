@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch._dynamo.utils import counters
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
@@ -41,17 +41,16 @@ MAX_NORM = 0.1  # below this step's gradient norm, so clipping scales them
 
 def by_mesh(
     parameters: Iterable[nn.Parameter],
-) -> dict[tuple[str, ...], list[nn.Parameter]]:
+) -> dict[DeviceMesh, list[nn.Parameter]]:
     """The parameters grouped by the mesh their DTensors live on."""
-    groups: dict[tuple[str, ...], list[nn.Parameter]] = {}
+    groups: dict[DeviceMesh, list[nn.Parameter]] = {}
     for parameter in parameters:
         if not isinstance(parameter, DTensor):
             raise TypeError(
                 "by_mesh groups DTensor parameters; shard the model first, "
                 f"got a {type(parameter).__name__}"
             )
-        names = parameter.device_mesh.mesh_dim_names or ()
-        groups.setdefault(names, []).append(parameter)
+        groups.setdefault(parameter.device_mesh, []).append(parameter)
     return groups
 
 
@@ -94,9 +93,9 @@ def fsdp_tp_practice(rank: int, world_size: int) -> dict[str, object]:
         block.compile(backend=backend, dynamic=False)
         fully_shard(block, mesh=mesh["dp"])
     fully_shard(model, mesh=mesh["dp"])
-    meshes = {
-        "/".join(names): len(group)
-        for names, group in by_mesh(model.parameters()).items()
+    meshes = {  # named by their axes: "dp", "dp/tp"
+        "/".join(group_mesh.mesh_dim_names or ()): len(group)
+        for group_mesh, group in by_mesh(model.parameters()).items()
     }
     counters.clear()
     local_inputs = inputs.chunk(2, dim=0)[mesh.get_local_rank("dp")]
@@ -140,8 +139,8 @@ def _main() -> None:
         for key, value in result.items()
         if key != "clipped_gradients"
     }
-    summary["clipped_gradient_sums"] = {
-        name: float(gradient.astype("float64").sum())
+    summary["clipped_gradient_checksums"] = {
+        name: blocks.checksum(gradient)
         for name, gradient in result["clipped_gradients"].items()
     }
     if rank == 0:

@@ -176,6 +176,13 @@ def full_gradients(model: nn.Module) -> dict[str, np.ndarray]:
     return gradients
 
 
+def checksum(array: np.ndarray) -> float:
+    """A position-weighted sum: a shard put in the wrong place changes it, and
+    its terms cancel less than a plain sum's do."""
+    values = np.asarray(array, dtype=np.float64).ravel()
+    return float((values * np.arange(1, values.size + 1)).sum())
+
+
 def local_part(tensor: torch.Tensor) -> torch.Tensor:
     """This rank's part of a DTensor, or the tensor itself."""
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor

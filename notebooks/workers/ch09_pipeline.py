@@ -114,8 +114,8 @@ class SavedBytes:
 def run_schedule(
     rank: int, world_size: int, schedule: str, microbatches: int
 ) -> dict:
-    """One training step of the pipeline under `schedule` ("GPipe", "1F1B"),
-    the batch cut into `microbatches`."""
+    """Two training steps of the pipeline under `schedule` ("GPipe", "1F1B"),
+    the batch cut into `microbatches`; the activation bytes of the second."""
     if schedule not in SCHEDULES:
         raise ValueError(
             f"schedule must be one of {list(SCHEDULES)}, got {schedule!r}"
