@@ -571,3 +571,16 @@ def test_a_cuda_flag_in_a_notebook_cell_stays_when_torch_is_imported_in_another(
     fixed_lines = dict(fix.fix_notebook(path).cells)[2].fixed.splitlines()  # cells from 1
     assert "USE_CUDA = th.cuda.is_available()" in fixed_lines
     assert "ready = torch.accelerator.is_available()" in fixed_lines
+
+
+def test_a_cuda_flag_that_picks_the_device_is_ported_not_kept() -> None:
+    # The PyTorch examples' shape: the flag chooses the device, so a TPU must answer True.
+    source = (
+        "import torch\n"
+        "use_cuda = not no_cuda and torch.cuda.is_available()\n"
+        'device = torch.device("cuda" if use_cuda else "cpu")\n'
+    )
+    (probe,) = [f for f in audit.audit_code(source) if f.line == 2]
+    assert probe.severity == audit.MUST_CHANGE
+    fixed = fix.fix_source(source).fixed
+    assert "use_cuda = not no_cuda and torch.accelerator.is_available()" in fixed

@@ -429,6 +429,32 @@ class _FileFacts:
     backend_names: set[str] = field(default_factory=set)
     device_type_names: set[str] = field(default_factory=set)
     _names_a_device: bool | None = None
+    _device_choice_names: frozenset[str] | None = None
+
+    @property
+    def device_choice_names(self) -> frozenset[str]:
+        """Names read in the test of a device choice (`"cuda" if use_cuda else "cpu"`, or an
+        `if` whose branch assigns one): a flag that picks the device, not a CUDA guard."""
+        if self._device_choice_names is None:
+            names: set[str] = set()
+            for tree in self.trees:
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.IfExp):
+                        branches: list[ast.AST] = [node.body, node.orelse]
+                    elif isinstance(node, ast.If):
+                        branches = [
+                            statement.value
+                            for statement in [*node.body, *node.orelse]
+                            if isinstance(statement, ast.Assign)
+                        ]
+                    else:
+                        continue
+                    if any(_device_choice(b) or _is_cpu_device(b) for b in branches):
+                        names |= {
+                            inner.id for inner in ast.walk(node.test) if isinstance(inner, ast.Name)
+                        }
+            self._device_choice_names = frozenset(names)
+        return self._device_choice_names
 
     @property
     def names_a_device(self) -> bool:
@@ -705,8 +731,9 @@ class _Auditor:
 
         Outside an `if`, three shapes do: an `and` that also asks which CUDA (a compute
         capability, ROCm's `torch.version.hip`), the condition of a test-skip decorator, and
-        a probe assigned to a CUDA flag (`HAS_CUDA = torch.cuda.is_available()`). Each guards
-        CUDA-only code, so `torch.accelerator.is_available()` would be wrong there.
+        a probe assigned to a CUDA flag (`HAS_CUDA = torch.cuda.is_available()`) that never
+        picks the device (`"cuda" if use_cuda else "cpu"` makes it a choice, to port). Each
+        guards CUDA-only code, so `torch.accelerator.is_available()` would be wrong there.
         """
         if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
             reads_identity = any(
@@ -726,6 +753,7 @@ class _Auditor:
             and len(node.targets) == 1
             and isinstance(node.targets[0], ast.Name)
             and _CUDA_FLAG_NAME.search(node.targets[0].id) is not None
+            and node.targets[0].id not in self.facts.device_choice_names
             and self.is_cuda_test(node.value) is not None
         ):
             return [node.value]
