@@ -541,35 +541,68 @@ def test_deliberate_cuda_checks_stay_cuda_checks_in_the_audit_and_the_fix() -> N
         if finding.severity == audit.GUARDED
     }
     kept = {
-        "HAS_CUDA = torch.cuda.is_available()",
+        "SKIP_FP8 = not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9",
         "torch.cuda.is_available()",  # in `use_fp8_kernels`' `and`
         "and torch.cuda.get_device_capability() >= (9, 0)",
         '@unittest.skipUnless(torch.cuda.is_available(), "CUDA-only kernel")',
         '@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")',
-        "torch.cuda.synchronize()",  # under `if HAS_CUDA:`
+        '@pytest.mark.skipif(condition=not torch.cuda.is_available(), reason="needs CUDA")',
     }
     assert guarded == kept
     fixed = fix.fix_source(source).fixed
     fixed_lines = [line.strip() for line in fixed.splitlines()]
     for line in kept:
         assert fixed_lines.count(line) == 1, line
-    # The shapes that check nothing about CUDA itself become the portable probe.
+    # The shapes that check nothing about CUDA itself become the portable probe, and a
+    # ported flag guards nothing: the CUDA call under `if HAS_CUDA:` is ported too.
+    assert "HAS_CUDA = torch.accelerator.is_available()" in fixed
     assert "available = torch.accelerator.is_available()" in fixed
     assert "return torch.accelerator.is_available() and batch_size > 1" in fixed
+    assert "torch.cuda.synchronize" not in fixed
+    assert {finding.severity for finding in audit.audit_code(fixed)} == {audit.GUARDED}
 
 
-def test_a_cuda_flag_in_a_notebook_cell_stays_when_torch_is_imported_in_another(
+def test_a_flag_set_from_a_cuda_probe_is_ported_with_the_code_it_guards() -> None:
+    source = (
+        "import torch\n"
+        "class Trainer:\n"
+        "    def __init__(self):\n"
+        "        self.use_cuda = torch.cuda.is_available()\n"
+        "    def step(self):\n"
+        "        if self.use_cuda:\n"
+        "            torch.cuda.synchronize()\n"
+    )
+    severities = {f.line: f.severity for f in audit.audit_code(source)}
+    assert severities == {4: audit.MUST_CHANGE, 7: audit.MUST_CHANGE}
+    fixed = fix.fix_source(source).fixed
+    assert "torch.cuda" not in fixed
+    assert "self.use_cuda = torch.accelerator.is_available()" in fixed
+
+
+def test_a_cuda_flag_set_elsewhere_still_guards_the_code_under_it() -> None:
+    # `args.cuda` comes from the command line: only CUDA sets it, so the code is guarded.
+    source = "import torch\nif args.cuda:\n    torch.cuda.synchronize()\n"
+    (finding,) = audit.audit_code(source)
+    assert finding.severity == audit.GUARDED
+    assert fix.fix_source(source).fixed == source  # the fixer obeys the audit's verdict
+
+
+def test_a_cuda_check_in_a_notebook_cell_stays_when_torch_is_imported_in_another(
     tmp_path: Path,
 ) -> None:
     path = _notebook(
         tmp_path,
         nbformat.v4.new_code_cell("import torch as th"),
         nbformat.v4.new_code_cell(
-            "USE_CUDA = th.cuda.is_available()\nready = th.cuda.is_available()"
+            "HOPPER = th.cuda.is_available() and th.cuda.get_device_capability() >= (9, 0)\n"
+            "ready = th.cuda.is_available()"
         ),
     )
     fixed_lines = dict(fix.fix_notebook(path).cells)[2].fixed.splitlines()  # cells from 1
-    assert "USE_CUDA = th.cuda.is_available()" in fixed_lines
+    assert (
+        "HOPPER = th.cuda.is_available() and th.cuda.get_device_capability() >= (9, 0)"
+        in fixed_lines
+    )
     assert "ready = torch.accelerator.is_available()" in fixed_lines
 
 

@@ -12,11 +12,11 @@ Each finding has a severity:
 - `must-change`: the line ties the code to CUDA; port it.
 - `guarded`: CUDA-only code inside an explicit guard (`if device.type == "cuda":`,
   `if torch.cuda.is_available():`, the else-branch of their negation), and the probes that
-  check for CUDA on purpose outside an `if`: an `and` that also asks which CUDA
-  (`torch.version.hip`, a compute capability), a test-skip decorator's condition, a flag named
-  for CUDA (`HAS_CUDA = torch.cuda.is_available()`). It is correct as it stands; review it.
-  A guard that probes for CUDA is never to be "fixed" into a probe that is also true on a
-  TPU (`torch.accelerator.is_available()`), and `--fix` leaves every `guarded` finding.
+  check for CUDA on purpose outside an `if`: an `and` / `or` that also asks which CUDA
+  (`torch.version.hip`, a compute capability), a test-skip decorator's condition. It is
+  correct as it stands; review it. A guard that probes for CUDA is never to be "fixed" into a
+  probe that is also true on a TPU (`torch.accelerator.is_available()`), and `--fix` leaves
+  every probe the audit calls a CUDA guard.
 - `note`: worth knowing, but not a tie (float64 in a file that never names a device,
   `torch.inference_mode` in a file that never compiles, a file skipped for its size).
 
@@ -429,32 +429,7 @@ class _FileFacts:
     backend_names: set[str] = field(default_factory=set)
     device_type_names: set[str] = field(default_factory=set)
     _names_a_device: bool | None = None
-    _device_choice_names: frozenset[str] | None = None
-
-    @property
-    def device_choice_names(self) -> frozenset[str]:
-        """Names read in the test of a device choice (`"cuda" if use_cuda else "cpu"`, or an
-        `if` whose branch assigns one): a flag that picks the device, not a CUDA guard."""
-        if self._device_choice_names is None:
-            names: set[str] = set()
-            for tree in self.trees:
-                for node in ast.walk(tree):
-                    if isinstance(node, ast.IfExp):
-                        branches: list[ast.AST] = [node.body, node.orelse]
-                    elif isinstance(node, ast.If):
-                        branches = [
-                            statement.value
-                            for statement in [*node.body, *node.orelse]
-                            if isinstance(statement, ast.Assign)
-                        ]
-                    else:
-                        continue
-                    if any(_device_choice(b) or _is_cpu_device(b) for b in branches):
-                        names |= {
-                            inner.id for inner in ast.walk(node.test) if isinstance(inner, ast.Name)
-                        }
-            self._device_choice_names = frozenset(names)
-        return self._device_choice_names
+    ported_flags: frozenset[str] | None = None  # filled by _Auditor.ported_flags
 
     @property
     def names_a_device(self) -> bool:
@@ -609,6 +584,31 @@ class _Auditor:
         self.current_name: str | None = None  # the resolved name of the Name/Attribute visited
         self._reported: set[int] = set()
 
+    @property
+    def ported_flags(self) -> frozenset[str]:
+        """CUDA-named flags this file sets from a CUDA probe (`use_cuda =
+        torch.cuda.is_available()`, `self.has_cuda = ...`): the audit ports that probe, so an
+        `if use_cuda:` is true on a TPU afterwards and guards nothing."""
+        if self.facts.ported_flags is None:  # found once per file, shared by its cells
+            names: set[str] = set()
+            for tree in self.facts.trees:
+                for node in ast.walk(tree):
+                    if not isinstance(node, ast.Assign) or self.deliberate_cuda_check(node.value):
+                        continue
+                    if not any(
+                        isinstance(inner, ast.Name | ast.Attribute)
+                        and self.qualify(inner) in _CUDA_PROBES
+                        for inner in ast.walk(node.value)
+                    ):
+                        continue
+                    names |= {
+                        _last_name(target)
+                        for target in node.targets
+                        if isinstance(target, ast.Name | ast.Attribute)
+                    }
+            self.facts.ported_flags = frozenset(names)
+        return self.facts.ported_flags
+
     def run(self, tree: ast.AST, trigger_counts: Sequence[int] | None = None) -> None:
         """Check every node of `tree`. `trigger_counts[n]` counts the lines before line n+1
         that hold a trigger word: a statement whose lines hold none is skipped whole, since
@@ -729,13 +729,13 @@ class _Auditor:
     def deliberate_cuda_check(self, node: ast.AST) -> list[ast.AST] | None:
         """The children of `node` that check for CUDA on purpose, or None when none do.
 
-        Outside an `if`, three shapes do: an `and` that also asks which CUDA (a compute
-        capability, ROCm's `torch.version.hip`), the condition of a test-skip decorator, and
-        a probe assigned to a CUDA flag (`HAS_CUDA = torch.cuda.is_available()`) that never
-        picks the device (`"cuda" if use_cuda else "cpu"` makes it a choice, to port). Each
-        guards CUDA-only code, so `torch.accelerator.is_available()` would be wrong there.
+        Outside an `if`, two shapes do: an `and` / `or` that also asks which CUDA (a compute
+        capability, ROCm's `torch.version.hip`), whose short-circuit protects that CUDA-only
+        call, and the condition of a test-skip decorator. Each guards CUDA-only code, so
+        `torch.accelerator.is_available()` would be wrong there. A flag such as `use_cuda =
+        torch.cuda.is_available()` is not one: it usually picks the device, so it is ported.
         """
-        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+        if isinstance(node, ast.BoolOp):  # `and`, or `not available or capability < 9`
             reads_identity = any(
                 isinstance(inner, ast.Name | ast.Attribute)
                 and self.qualify(inner) in _CUDA_IDENTITY_PROBES
@@ -744,19 +744,13 @@ class _Auditor:
             )
             return list(node.values) if reads_identity else None
         if isinstance(node, ast.Call) and self.qualify(node.func) in _TEST_SKIP_DECORATORS:
-            condition = node.args[0] if node.args else None
+            # The probe is the first argument or the `condition=` keyword (a child node).
+            keyword = next((k for k in node.keywords if k.arg == "condition"), None)
+            child = node.args[0] if node.args else keyword
+            condition = child.value if isinstance(child, ast.keyword) else child
             if condition is None or self.is_cuda_test(condition) is None:
                 return None
-            return [condition]
-        if (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-            and _CUDA_FLAG_NAME.search(node.targets[0].id) is not None
-            and node.targets[0].id not in self.facts.device_choice_names
-            and self.is_cuda_test(node.value) is not None
-        ):
-            return [node.value]
+            return [child]
         return None
 
     def _is_probe(self, node: ast.AST) -> bool:
@@ -769,7 +763,8 @@ class _Auditor:
         name = self.qualify(node)
         if name in _CUDA_PROBES:
             return True
-        return _CUDA_FLAG_NAME.search(_last_name(node)) is not None
+        flag = _last_name(node)
+        return _CUDA_FLAG_NAME.search(flag) is not None and flag not in self.ported_flags
 
     def guard_polarity(self, node: ast.If | ast.IfExp) -> bool | None:
         """True: the body runs only on CUDA; False: the else-branch does; None: not a guard.

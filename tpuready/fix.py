@@ -36,8 +36,10 @@ after the imports (and `import torch` when the module lacks it).
 Code inside an explicit CUDA guard (`if torch.cuda.is_available():`, `if device.type ==
 "cuda":`, `x if torch.cuda.is_available() else y`) is left alone: it is correct as it stands.
 So is every `torch.cuda` name the audit reports as `guarded` (`tpuready.audit`'s verdict, not
-a second opinion): `HAS_CUDA = torch.cuda.is_available()`, `@unittest.skipUnless(
-torch.cuda.is_available(), ...)`, `torch.cuda.is_available() and torch.version.hip is None`.
+a second opinion): `@unittest.skipUnless(torch.cuda.is_available(), ...)`,
+`torch.cuda.is_available() and torch.version.hip is None`, code under `if args.cuda:`. A flag
+the file sets from a CUDA probe (`use_cuda = torch.cuda.is_available()`) is ported, and so is
+the code it guards.
 What cannot be fixed safely is left and reported with advice: a device index (`"cuda:1"`,
 `f"cuda:{local_rank}"`, `.cuda(local_rank)`, `.to(local_rank)`, `device_ids=[local_rank]`),
 cuDNN and CUDA backend settings, and `torch.cuda` names with no same-argument replacement.
