@@ -112,9 +112,11 @@ def test_tf32_advice_says_what_high_means_on_torchtpu() -> None:
 def test_per_rank_advice_is_one_recipe_in_the_audit_and_the_fix() -> None:
     suggestion = _suggestion("torch.cuda.set_device(local_rank)\n")
     assert suggestion == audit.per_rank_advice("local_rank")
-    assert fix._PER_RANK_ADVICE.endswith(audit.per_rank_advice("local_rank"))
+    # The fixer leaves the line and reports the audit's advice, not a copy of its own.
+    (left,) = fix.fix_source("import torch\ntorch.cuda.set_device(local_rank)\n").left
+    assert left.reason == suggestion
     # Never "set_device_index(local_rank)" next to "TorchTPU wants index 0".
-    assert "if torch.accelerator.device_count() > 1 else 0" in fix._PER_RANK_ADVICE
+    assert "if torch.accelerator.device_count() > 1 else 0" in suggestion
 
 
 def test_cudnn_allow_tf32_is_not_sent_to_the_matmul_precision() -> None:

@@ -294,13 +294,28 @@ def test_fix_and_diff_call_the_fixer(flag: str, monkeypatch: pytest.MonkeyPatch)
     fix = pytest.importorskip("tpuready.fix")
     calls = []
 
-    def fake_run_fix(paths: list[str], *, write: bool, stdout: object, stderr: object) -> int:
-        calls.append((list(paths), write))
+    def fake_run_fix(
+        paths: list[str], *, write: bool, stdout: object, stderr: object, use_config: bool
+    ) -> int:
+        calls.append((list(paths), write, use_config))
         return 0
 
     monkeypatch.setattr(fix, "run_fix", fake_run_fix)
     assert cli.main(["audit-source", flag, "script.py"]) == 0
-    assert calls == [(["script.py"], flag == "--fix")]
+    assert cli.main(["audit-source", flag, "--no-config", "script.py"]) == 0
+    assert calls == [
+        (["script.py"], flag == "--fix", True),
+        (["script.py"], flag == "--fix", False),
+    ]
+
+
+@pytest.mark.parametrize("option", [["--format", "json"], ["--severity", "must-change"]])
+def test_fix_and_diff_refuse_the_report_options(
+    option: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["audit-source", "--diff", *option, "x.py"]) == 2
+    error = capsys.readouterr().err
+    assert option[0] in error and "drop the option" in error
 
 
 def test_fix_and_diff_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:

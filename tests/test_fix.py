@@ -87,10 +87,10 @@ def test_fixture_is_rewritten_as_expected(path: Path) -> None:
 
 @pytest.mark.parametrize("path", FIXTURE_INPUTS, ids=lambda path: path.stem)
 def test_fixture_reports_exactly_the_marked_lines_as_left(path: Path) -> None:
-    source = path.read_text(encoding="utf-8")
-    result = fix.fix_source(source)
-    assert {(item.line, item.rule) for item in result.left} == _left_markers(source)
-    assert all(item.reason and item.code for item in result.left)
+    # Lines in the fixed text, where the markers (comments) still stand.
+    result = fix.fix_source(path.read_text(encoding="utf-8"))
+    assert {(item.line, item.rule) for item in result.left} == _left_markers(result.fixed)
+    assert all(item.reason and item.code and item.message for item in result.left)
 
 
 @pytest.mark.parametrize("path", FIXTURE_INPUTS, ids=lambda path: path.stem)
@@ -276,8 +276,9 @@ def test_fixed_ddp_example_parses_and_reports_what_it_cannot_fix() -> None:
     ast.parse(result.fixed)
     assert "dist.init_process_group()" in result.fixed
     assert "pin_memory=torch.accelerator.is_available()" in result.fixed
-    lines = source.splitlines()
+    lines = result.fixed.splitlines()  # what is left is reported at its line after the fix
     left = {(item.rule, lines[item.line - 1].strip()) for item in result.left}
+    assert all(item.code == lines[item.line - 1].strip() for item in result.left)
     assert left == {
         ("set-device-index", "torch.cuda.set_device(local_rank)"),
         ("to-int-device", "model = DDP(model.to(local_rank), device_ids=[local_rank])"),
@@ -288,7 +289,11 @@ def test_fixed_ddp_example_parses_and_reports_what_it_cannot_fix() -> None:
             "batch_targets = batch_targets.cuda(local_rank, non_blocking=True)",
         ),
     }
-    assert all("local_rank" in item.reason and "index 0" in item.reason for item in result.left)
+    # A device index gets the per-process recipe; DDP's device_ids are dropped.
+    per_rank = audit.per_rank_advice("local_rank")
+    reasons = {item.rule: item.reason for item in result.left}
+    assert per_rank in reasons["set-device-index"] and per_rank in reasons["cuda-method"]
+    assert "leave device_ids and output_device out" in reasons["ddp-device-ids"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,22 +383,24 @@ def test_a_notebook_gets_one_device_line_in_its_import_cell(tmp_path: Path) -> N
         nbformat.v4.new_code_cell("%matplotlib inline\nz = x.cuda()"),
         nbformat.v4.new_code_cell("w = x.to('cuda')"),
         on_purpose,
+        nbformat.v4.new_code_cell('%%bash\necho "x.cuda()"'),
     )
     result = fix.fix_notebook(path)
-    assert result.skipped == (3,)
+    assert result.skipped == (6,)  # not Python even without its IPython lines
     fixed_cells = dict(result.cells)
     assert fixed_cells[1].fixed == f"import torch\n\n{fix.DEVICE_LINE}"  # no final newline
     assert fixed_cells[2].fixed == "x = torch.zeros(2).to(device)  # move"
+    assert fixed_cells[3].fixed == "%matplotlib inline\nz = x.to(device)"  # magics kept
     assert fixed_cells[4].fixed == "w = x.to(device)"
     assert 5 not in fixed_cells
+    assert fixed_cells[6].left == ()  # the audit finds nothing to port in a shell cell
     status, stdout, stderr = _run([str(path)], write=True)
-    assert (status, stdout) == (fix.EXIT_LEFT, f"fixed {path}: 3 changes\n")
-    assert f"{path}:cell 3  skipped" in stderr
+    assert (status, stdout, stderr) == (fix.EXIT_CLEAN, f"fixed {path}: 4 changes\n", "")
     written = nbformat.read(path, as_version=4)
     nbformat.validate(written)
     sources = [cell.source for cell in written.cells]
     assert sources[2] == "x = torch.zeros(2).to(device)  # move"
-    assert sources[3:5] == ["%matplotlib inline\nz = x.cuda()", "w = x.to(device)"]
+    assert sources[3:5] == ["%matplotlib inline\nz = x.to(device)", "w = x.to(device)"]
     assert sources[5] == "y = x.cuda()"
     again = fix.fix_notebook(path)
     assert not again.changed and again.fixed == again.original
@@ -515,7 +522,8 @@ def test_fixing_generated_scripts_parses_keeps_comments_and_is_idempotent(source
     assert again.fixed == result.fixed
     assert again.changes == ()
     line_count = len(source.splitlines())
-    assert all(1 <= item.line <= line_count for item in result.left)
+    fixed_lines = result.fixed.splitlines()
+    assert all(item.code == fixed_lines[item.line - 1].strip() for item in result.left)
     assert all(1 <= change.line <= line_count + 1 for change in result.changes)
 
 
@@ -617,3 +625,108 @@ def test_a_cuda_flag_that_picks_the_device_is_ported_not_kept() -> None:
     assert probe.severity == audit.MUST_CHANGE
     fixed = fix.fix_source(source).fixed
     assert "use_cuda = not no_cuda and torch.accelerator.is_available()" in fixed
+
+
+# --------------------------------------------------------------------------------------------
+# One verdict: what the fixer leaves is what the audit still finds
+
+
+AUDIT_FIXTURES = [
+    *sorted((REPOSITORY / "tests" / "fixtures" / "audit").rglob("*.py")),
+    REPOSITORY / "tests" / "fixtures" / "audit" / "notebook.ipynb",
+]
+LEFT_LINE = re.compile(r"^(?P<label>.+?):(?P<line>\d+):(?P<column>\d+)  left (?P<rule>[\w-]+): ")
+
+
+@pytest.mark.parametrize(
+    "path", AUDIT_FIXTURES, ids=lambda path: path.relative_to(REPOSITORY / "tests").as_posix()
+)
+def test_fix_then_audit_finds_exactly_what_the_fixer_reported_left(
+    path: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / path.name
+    copy.write_bytes(path.read_bytes())
+    status, _, stderr = _run([str(copy)], write=True)
+    reported = Counter()
+    for line in stderr.splitlines():
+        match = LEFT_LINE.match(line)
+        assert match is not None, line
+        cell = match["label"].rpartition(":cell ")[2] if ":cell " in match["label"] else None
+        reported[(cell, int(match["line"]), int(match["column"]), match["rule"])] += 1
+    remaining = Counter(
+        (
+            None if finding.cell is None else str(finding.cell),
+            finding.line,
+            finding.column,
+            finding.rule,
+        )
+        for finding in audit.audit_file(copy)
+        if finding.severity == audit.MUST_CHANGE
+    )
+    assert reported == remaining
+    assert status == (fix.EXIT_LEFT if remaining else fix.EXIT_CLEAN)
+
+
+def test_a_file_with_only_cudnn_settings_is_reported_not_called_clean(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("import torch\ntorch.backends.cudnn.deterministic = True\n", encoding="utf-8")
+    status, stdout, stderr = _run([str(script)], write=False)
+    assert (status, stdout) == (fix.EXIT_LEFT, "")
+    assert f"{script.as_posix()}:2:1  left cudnn-setting: " in stderr
+
+
+def test_left_lines_are_the_lines_after_the_rewrite(tmp_path: Path) -> None:
+    # The device line added above moves the index line down by five.
+    source = "import torch\nx = torch.zeros(2).cuda()\ny = x.cuda(local_rank)\n"
+    result = fix.fix_source(source)
+    (left,) = result.left
+    assert result.fixed.splitlines()[left.line - 1] == "y = x.cuda(local_rank)"
+    assert left.line == 8
+
+
+def test_the_fixer_obeys_the_config_and_ignore_comments(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.tpuready]\nskip = ["pin-memory"]\nexclude = ["vendored"]\n', encoding="utf-8"
+    )
+    (tmp_path / "vendored").mkdir()
+    vendored = tmp_path / "vendored" / "kernel.py"
+    vendored.write_text("import torch\nx = torch.ones(1).cuda()\n", encoding="utf-8")
+    script = tmp_path / "train.py"
+    source = (
+        "import torch\n"
+        "loader = DataLoader(data, pin_memory=True)\n"
+        "a = torch.ones(1).cuda()  # tpuready: ignore\n"
+        'b = torch.ones(1).to("cuda").cuda()  # tpuready: ignore[cuda-method]\n'
+        "c = torch.ones(1).cuda()\n"
+    )
+    script.write_text(source, encoding="utf-8")
+    status, _, stderr = _run([str(tmp_path)], write=True)
+    assert (status, stderr) == (fix.EXIT_CLEAN, "")
+    assert vendored.read_text(encoding="utf-8") == "import torch\nx = torch.ones(1).cuda()\n"
+    fixed = script.read_text(encoding="utf-8").splitlines()
+    assert "loader = DataLoader(data, pin_memory=True)" in fixed
+    assert "a = torch.ones(1).cuda()  # tpuready: ignore" in fixed
+    assert "b = torch.ones(1).to(device).cuda()  # tpuready: ignore[cuda-method]" in fixed
+    assert "c = torch.ones(1).to(device)" in fixed
+    # Without the config, the skipped rule is rewritten and the excluded file too.
+    stdout, stderr_text = io.StringIO(), io.StringIO()
+    fix.run_fix([str(tmp_path)], write=True, stdout=stdout, stderr=stderr_text, use_config=False)
+    assert "pin_memory=torch.accelerator.is_available()" in script.read_text(encoding="utf-8")
+    assert "torch.ones(1).to(device)" in vendored.read_text(encoding="utf-8")
+
+
+def test_code_the_audit_calls_guarded_is_left_by_the_fixer() -> None:
+    source = "import torch\nif args.cuda:\n    model.cuda()\nx = y.cuda() if args.cuda else y\n"
+    assert {f.severity for f in audit.audit_code(source)} == {audit.GUARDED}
+    result = fix.fix_source(source)
+    assert (result.fixed, result.changes, result.left) == (source, (), ())
+
+
+def test_a_diff_marks_a_last_line_without_a_newline_as_diff_does() -> None:
+    result = fix.FixResult(original="x = a.cuda()", fixed="x = a.to(device)")
+    assert result.diff("cell").splitlines()[-4:] == [
+        "-x = a.cuda()",
+        "\\ No newline at end of file",
+        "+x = a.to(device)",
+        "\\ No newline at end of file",
+    ]

@@ -56,7 +56,7 @@ def _build_parser() -> argparse.ArgumentParser:
     audit_parser.add_argument(
         "--format",
         choices=("text", "json", "github"),
-        default="text",
+        default=None,
         dest="output_format",
         help="text (default): findings grouped by severity and a summary; json: a list of "
         "objects; github: GitHub Actions annotations (::warning file=...,line=...::...)",
@@ -64,7 +64,7 @@ def _build_parser() -> argparse.ArgumentParser:
     audit_parser.add_argument(
         "--severity",
         choices=audit.SEVERITIES,
-        default=audit.SEVERITIES[-1],
+        default=None,
         help="report findings of this severity and above (default: note, everything)",
     )
     audit_parser.add_argument(
@@ -121,10 +121,10 @@ def run_audit_source(
     return EXIT_FINDINGS if findings or result.files_skipped else EXIT_CLEAN
 
 
-def _run_fix(paths: Sequence[str], *, write: bool) -> int:
+def _run_fix(paths: Sequence[str], *, write: bool, use_config: bool) -> int:
     from tpuready.fix import run_fix  # imported here: libcst is needed only to rewrite
 
-    return run_fix(paths, write=write, stdout=sys.stdout, stderr=sys.stderr)
+    return run_fix(paths, write=write, stdout=sys.stdout, stderr=sys.stderr, use_config=use_config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -136,14 +136,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_request.code if isinstance(exit_request.code, int) else EXIT_USAGE
     if arguments.command == "audit-source":
         if arguments.fix or arguments.diff:
-            return _run_fix(arguments.paths, write=arguments.fix)
+            report_options = [
+                option
+                for option, value in (
+                    ("--format", arguments.output_format),
+                    ("--severity", arguments.severity),
+                )
+                if value is not None
+            ]
+            if report_options:
+                parser.print_usage(sys.stderr)
+                print(
+                    f"tpuready audit-source: error: {' and '.join(report_options)} shape the "
+                    "audit's report; --fix and --diff print what they change and, on stderr, "
+                    "every must-change finding left: drop the option, or audit after the fix",
+                    file=sys.stderr,
+                )
+                return EXIT_USAGE
+            return _run_fix(
+                arguments.paths, write=arguments.fix, use_config=not arguments.no_config
+            )
         try:
             return run_audit_source(
                 arguments.paths,
-                arguments.output_format,
+                arguments.output_format or "text",
                 sys.stdout,
                 sys.stderr,
-                severity=arguments.severity,
+                severity=arguments.severity or audit.SEVERITIES[-1],
                 use_config=not arguments.no_config,
             )
         except Exception as error:

@@ -918,7 +918,29 @@ def _check_cuda_method(audit: _Auditor, call: ast.Call) -> None:
         and func.attr == "cuda"
         and audit.qualify(func) != "torch.cuda"
     ):
-        audit.report("cuda-method", func, "`.cuda()` moves to a CUDA GPU only", at_attribute=True)
+        index = next(
+            (
+                argument.value if isinstance(argument, ast.keyword) else argument
+                for argument in [*call.args, *call.keywords]
+                if not isinstance(argument, ast.keyword) or argument.arg == "device"
+            ),
+            None,
+        )
+        if index is None:
+            audit.report(
+                "cuda-method", func, "`.cuda()` moves to a CUDA GPU only", at_attribute=True
+            )
+            return
+        shown = _shown(index, 30)
+        # `.cuda(0)`: the first GPU, one device per script, chosen once.
+        where = f"device = {CHOOSE_DEVICE}" if shown == "0" else per_rank_advice(shown)
+        audit.report(
+            "cuda-method",
+            func,
+            f"`.cuda({shown})` moves to CUDA GPU {shown} only; {_ONE_DEVICE_PER_PROCESS}",
+            f".to(device), where {where}",
+            at_attribute=True,
+        )
 
 
 def _check_cuda_amp(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:

@@ -58,7 +58,8 @@ PathArgument = str | os.PathLike[str]
 
 # Cell magics whose body is Python; `%%writefile` counts when it writes a .py file.
 _PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
-_IPYTHON_ONLY_LINE = re.compile(r"^(\s*)(?:[!%]|[\w.\[\], ]+=\s*[!%]|[\w.]+\?{1,2}\s*$)")
+# A line only IPython reads: `%magic`, `!shell`, `x = !ls`, `obj?`.
+IPYTHON_ONLY_LINE = re.compile(r"^(\s*)(?:[!%]|[\w.\[\], ]+=\s*[!%]|[\w.]+\?{1,2}\s*$)")
 _IGNORE_PRAGMA = re.compile(r"#\s*tpuready:\s*ignore(?:\[(?P<rules>[^\]]*)\])?")
 # Python 3.12 syntax that Python 3.11 cannot parse: PEP 695 type parameters and `type` aliases.
 _NEWER_SYNTAX_LINE = re.compile(
@@ -191,7 +192,7 @@ def _has_on_purpose_tag(cell: Mapping[str, Any]) -> bool:
     return isinstance(tags, list) and any(tag == CUDA_ON_PURPOSE_TAG for tag in tags)
 
 
-def _python_of_cell(source: str) -> str | None:
+def python_of_cell(source: str) -> str | None:
     """The Python text of a code cell, line numbers kept; None for a non-Python cell magic."""
     lines = source.split("\n")
     first = lines[0].strip()
@@ -228,7 +229,7 @@ def python_of_ipython(source: str) -> str:
     if transformed is not None:
         return transformed
     return "\n".join(
-        _IPYTHON_ONLY_LINE.sub(lambda match: match.group(1) + "pass  # ", line)
+        IPYTHON_ONLY_LINE.sub(lambda match: match.group(1) + "pass  # ", line)
         for line in source.split("\n")
     )
 
@@ -253,7 +254,7 @@ def read_notebook_cells(path: Path) -> list[NotebookCell]:
     return [
         NotebookCell(
             number=number,
-            python=_python_of_cell(_cell_text(path, number, cell.get("source", ""))),
+            python=python_of_cell(_cell_text(path, number, cell.get("source", ""))),
             on_purpose=_has_on_purpose_tag(cell),
         )
         for number, cell in enumerate(code_cells, start=1)

@@ -53,12 +53,13 @@ magics) are left and reported.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -66,9 +67,18 @@ from typing import TextIO
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
-from tpuready.accelerator_api import CUDA_TO_ACCELERATOR, equivalent_for
-from tpuready.audit import GUARDED, audit_code, per_rank_advice
-from tpuready.audit_sources import AuditInputError, read_python_and_encoding
+from tpuready.accelerator_api import CUDA_TO_ACCELERATOR
+from tpuready.audit import GUARDED, MUST_CHANGE, RULES, Finding, audit_code
+from tpuready.audit_sources import (
+    IPYTHON_ONLY_LINE,
+    AuditConfig,
+    AuditInputError,
+    ignored_rules_by_line,
+    load_config,
+    python_of_cell,
+    python_of_ipython,
+    read_python_and_encoding,
+)
 
 __all__ = [
     "CHOOSE_DEVICE",
@@ -147,19 +157,6 @@ NEEDS_AN_ACCELERATOR: frozenset[str] = frozenset(
 _DIFFERENT_RESULT = frozenset({"get_device_capability"})
 
 _ACCELERATOR_GUARD = "torch.accelerator.is_available()"
-_PER_RANK_ADVICE = "choose the device once per process: " + per_rank_advice("local_rank")
-_INDEX_ADVICE = "an integer is a CUDA device index (TorchTPU ignores it): " + _PER_RANK_ADVICE
-_DEVICE_IDS_ADVICE = (
-    "drop device_ids/output_device once the model is on device (DDP then uses the module's "
-    "device); " + _PER_RANK_ADVICE
-)
-_CUDNN_ADVICE = {
-    "benchmark": 'no effect off CUDA: keep it, or set it only when device.type == "cuda"',
-}
-_SETTING_ADVICE = (
-    'choose by hand: keep it under `if device.type == "cuda":`, or use the backend-neutral '
-    "setting `python -m tpuready audit-source` names (its value matters: it can change results)"
-)
 CUDA_ON_PURPOSE_TAG = "cuda-on-purpose"  # notebook cells CUDA-only on purpose (see tpuready.audit)
 _SKIPPED_FOLDERS = frozenset({".venv", "venv", ".git", "_build", "__pycache__", "node_modules"})
 
@@ -187,12 +184,15 @@ class Change:
 
 @dataclass(frozen=True)
 class LeftUnfixed:
-    """A CUDA tie the fixer left as it was (line in the original text), with what to do."""
+    """A must-change finding of the audit on the fixed text: its line and column there, the
+    rule, the line's code, and the audit's message (`reason`: what to do instead)."""
 
     line: int
     rule: str
     code: str
     reason: str
+    column: int = 1
+    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -213,14 +213,17 @@ class FixResult:
         return self.fixed != self.original
 
     def diff(self, path: str = "<string>") -> str:
-        """The change as a unified diff (`a/PATH`, `b/PATH`), empty when nothing changed."""
+        """The change as a unified diff (`a/PATH`, `b/PATH`), empty when nothing changed; a
+        last line without a newline (a notebook cell's) is marked as `diff` marks it."""
+        lines = difflib.unified_diff(
+            self.original.splitlines(keepends=True),
+            self.fixed.splitlines(keepends=True),
+            fromfile=f"a/{path.lstrip('/')}",
+            tofile=f"b/{path.lstrip('/')}",
+        )
         return "".join(
-            difflib.unified_diff(
-                self.original.splitlines(keepends=True),
-                self.fixed.splitlines(keepends=True),
-                fromfile=f"a/{path.lstrip('/')}",
-                tofile=f"b/{path.lstrip('/')}",
-            )
+            line if line.endswith("\n") else f"{line}\n\\ No newline at end of file\n"
+            for line in lines
         )
 
 
@@ -425,6 +428,23 @@ def _makes_a_device(value: cst.BaseExpression) -> bool:
 # The rewriter
 
 
+@dataclass(frozen=True)
+class _Protection:
+    """What the fixer must leave as it is, from the audit and the config: `lines` where every
+    finding is guarded or a bare `# tpuready: ignore` stands, `rules_by_line` for
+    `# tpuready: ignore[rule, ...]`, and the config's `skip` rules everywhere."""
+
+    lines: frozenset[int] = frozenset()
+    rules_by_line: Mapping[int, frozenset[str]] = field(default_factory=dict)
+    skipped_rules: frozenset[str] = frozenset()
+
+    def turns_off(self, change: Change) -> bool:
+        """True when `change` is under a rule that is turned off on its line."""
+        return change.rule in self.skipped_rules or change.rule in self.rules_by_line.get(
+            change.line, frozenset()
+        )
+
+
 class _Rewriter(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
@@ -433,14 +453,16 @@ class _Rewriter(cst.CSTTransformer):
         facts: _ModuleFacts,
         module: cst.Module,
         guarded: frozenset[tuple[int, int]] = frozenset(),
+        protection: _Protection | None = None,
     ) -> None:
         super().__init__()
         self.facts = facts
         self.module = module
         # (line, 1-based column) of what the audit calls a CUDA check kept on purpose.
         self.guarded = guarded
+        self.protection = protection or _Protection()
+        self._untouched: set[int] = set()
         self.changes: list[Change] = []
-        self.left: list[LeftUnfixed] = []
         self.uses_torch = False
         self.module_device_needed = False
         self.first_device_line: int | None = None
@@ -450,11 +472,44 @@ class _Rewriter(cst.CSTTransformer):
         self._call_funcs: set[int] = set()
         self._inner_attributes: set[int] = set()
         self._statement_calls: set[int] = set()
-        self._reported: set[int] = set()
         self._removed: set[int] = set()
         self._removed_lines: set[int] = set()
         self._statement_of: dict[int, cst.Call] = {}
         self._set_device_index: dict[int, cst.BaseExpression | None] = {}
+
+    # -- lines the fixer must not change -------------------------------------------------
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        """Skip, whole, a node whose lines are all protected (guarded, or `# tpuready: ignore`)."""
+        lines = self.protection.lines
+        if lines:
+            span = self.get_metadata(PositionProvider, node, None)
+            if span is not None and all(
+                line in lines for line in range(span.start.line, span.end.line + 1)
+            ):
+                self._untouched.add(id(node))
+                return False
+        return super().on_visit(node)
+
+    def on_leave(
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
+        """Undo a rewrite under a rule that `skip` or `# tpuready: ignore[rule]` turns off."""
+        if id(original_node) in self._untouched:
+            return updated_node
+        if not self.protection.rules_by_line and not self.protection.skipped_rules:
+            return super().on_leave(original_node, updated_node)
+        count = len(self.changes)
+        state = (self.uses_torch, self.module_device_needed, self.first_device_line)
+        removed = set(self._removed)
+        result = super().on_leave(original_node, updated_node)
+        if not any(self.protection.turns_off(change) for change in self.changes[count:]):
+            return result
+        del self.changes[count:]
+        self.uses_torch, self.module_device_needed, self.first_device_line = state
+        self._removed = removed
+        self._statement_calls.discard(id(original_node))
+        return updated_node
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -476,16 +531,6 @@ class _Rewriter(cst.CSTTransformer):
 
     def _change(self, node: cst.CSTNode, rule: str, description: str) -> None:
         self.changes.append(Change(self._line(node), rule, description))
-
-    def _leave(
-        self, node: cst.CSTNode, rule: str, reason: str, *, shown: cst.CSTNode | None = None
-    ) -> None:
-        """Report `node` as left unfixed (`shown`: the code to show, when not `node`)."""
-        if id(node) in self._reported:
-            return
-        self._reported.add(id(node))
-        code = self._code(shown if shown is not None else node)
-        self.left.append(LeftUnfixed(self._line(node), rule, code, reason))
 
     def _torch(self, expression: str) -> cst.BaseExpression:
         self.uses_torch = True
@@ -553,18 +598,11 @@ class _Rewriter(cst.CSTTransformer):
         if text == "cuda":
             self._change(original, rule, f"{self._code(original)} -> {wanted}")
             return self._device(original, as_type=as_type, outer=outer)
+        # A device index ("cuda:1", f"cuda:{rank}", "cuda:" + rank, "cuda:{}".format(rank))
+        # is left as it is: the audit reports it with the per-process recipe.
         if text is not None and re.fullmatch(r"cuda:\d+", text):
-            self._leave(original, rule, f"a fixed GPU index: {_PER_RANK_ADVICE}")
             return updated
-        if isinstance(original, cst.FormattedString):
-            first = original.parts[0] if original.parts else None
-            if isinstance(first, cst.FormattedStringText) and first.value.startswith("cuda"):
-                self._leave(original, rule, f"a device index per process: {_PER_RANK_ADVICE}")
-            return updated
-        if isinstance(original, cst.BinaryOperation) and (
-            _string_value(original.left) or ""
-        ).startswith("cuda:"):
-            self._leave(original, rule, f"a device index per process: {_PER_RANK_ADVICE}")
+        if isinstance(original, cst.FormattedString | cst.BinaryOperation):
             return updated
         if (
             isinstance(original, cst.Call)
@@ -572,7 +610,6 @@ class _Rewriter(cst.CSTTransformer):
             and original.func.attr.value == "format"
             and (_string_value(original.func.value) or "").startswith("cuda:")
         ):
-            self._leave(original, rule, f"a device index per process: {_PER_RANK_ADVICE}")
             return updated
         if isinstance(original, cst.IfExp) and isinstance(updated, cst.IfExp):
             if self._is_availability_choice(original):
@@ -582,13 +619,7 @@ class _Rewriter(cst.CSTTransformer):
                 branches = (_string_value(original.body), _string_value(original.orelse))
                 if not any((branch or "").startswith("cuda") for branch in branches):
                     return updated  # guarded code, correct as it stands
-                self._leave(
-                    original,
-                    rule,
-                    "a choice between CUDA and the CPU picks the CPU on a TPU: write device, "
-                    f"where device = {CHOOSE_DEVICE}",
-                )
-                return updated
+                return updated  # a choice of the CPU on a TPU: left, the audit reports it
             return updated.with_changes(
                 body=self._device_value(original.body, updated.body, as_type=as_type, outer=outer),
                 orelse=self._device_value(
@@ -776,41 +807,18 @@ class _Rewriter(cst.CSTTransformer):
             if member not in {"amp.autocast", "amp.GradScaler"} or (
                 id(original) not in self._call_funcs
             ):
-                entry = equivalent_for(member)
-                advice = entry.replacement if entry else f"torch.{member}"
-                self._leave(original, "cuda-amp", f"write {advice}")
+                return updated  # left: the audit reports it
             return updated  # autocast and GradScaler calls are rewritten in leave_Call
         replacement = _DIRECT.get(member)
-        entry = equivalent_for(member)
         if replacement is None:
-            if entry is None:
-                reason = (
-                    "no replacement in tpuready.accelerator_api: look under torch.accelerator, "
-                    'or run it only when device.type == "cuda"'
-                )
-            else:
-                reason = f"write {entry.replacement}" + (f" ({entry.note})" if entry.note else "")
-            self._leave(original, "torch-cuda-call", reason)
-            return updated
+            return updated  # left: no same-argument replacement
         if member == "set_device" and id(original) in self._statement_calls:
             index = self._set_device_index.get(id(original))
             if not (isinstance(index, cst.Integer) and index.value == "0"):
-                self._leave(
-                    original,
-                    "set-device-index",
-                    _PER_RANK_ADVICE,
-                    shown=self._statement_of.get(id(original), original),
-                )
                 self._statement_calls.discard(id(original))
-                return updated
+                return updated  # left: a device index per process
         if member in NEEDS_AN_ACCELERATOR and id(original) not in self._statement_calls:
-            self._leave(
-                original,
-                "torch-cuda-call",
-                f"{replacement} raises on a machine without an accelerator: call it under "
-                f"`if {_ACCELERATOR_GUARD}:`",
-            )
-            return updated
+            return updated  # left: it raises without an accelerator, and is not a statement
         self._change(original, "torch-cuda-call", f"{name} -> {replacement}")
         return self._torch(replacement)
 
@@ -824,17 +832,7 @@ class _Rewriter(cst.CSTTransformer):
             return updated_node
         if name.startswith("torch.cuda."):
             return self._rewrite_cuda_name(original_node, updated_node)
-        if name == "torch.cuda":
-            self._leave(
-                original_node,
-                "torch-cuda-call",
-                "the torch.cuda module itself: use torch.get_device_module(device)",
-            )
-        if name.startswith("torch.backends.cudnn.") or name.startswith("torch.backends.cuda."):
-            setting = name.rsplit(".", 1)[-1]
-            rule = "cudnn-setting" if ".cudnn." in name else "cuda-backend-setting"
-            self._leave(original_node, rule, _CUDNN_ADVICE.get(setting, _SETTING_ADVICE))
-        return updated_node
+        return updated_node  # `torch.cuda` itself and backend settings: left
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -868,8 +866,7 @@ class _Rewriter(cst.CSTTransformer):
             if argument.keyword is None or argument.keyword.value == "device"
         ]
         if index:
-            self._leave(original.func.attr, "cuda-method", _INDEX_ADVICE, shown=original)  # type: ignore[attr-defined]
-            return updated
+            return updated  # left: a device index
         self._change(original.func.attr, "cuda-method", ".cuda(...) -> .to(device, ...)")  # type: ignore[attr-defined]
         device_argument = cst.Arg(value=self._device(original, as_type=False))
         if updated.args:
@@ -883,13 +880,7 @@ class _Rewriter(cst.CSTTransformer):
         member = name.rsplit(".", 1)[-1]
         positional = [argument for argument in original.args if argument.keyword is None]
         if member == "autocast" and positional:
-            self._leave(
-                original,
-                "cuda-amp",
-                "torch.amp.autocast(device.type, ...) with the arguments as keywords "
-                "(its positional order differs)",
-            )
-            return updated
+            return updated  # left: torch.amp.autocast orders its arguments differently
         self._change(original, "cuda-amp", f"{name}(...) -> torch.amp.{member}(device.type, ...)")
         first = cst.Arg(value=self._device(original, as_type=True))
         if updated.args:
@@ -900,9 +891,7 @@ class _Rewriter(cst.CSTTransformer):
 
     def _fix_torch_device(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if len(original.args) != 1:
-            if original.args and _string_value(original.args[0].value) == "cuda":
-                self._leave(original, "cuda-device-string", f"a device index: {_PER_RANK_ADVICE}")
-            return updated
+            return updated  # left: torch.device("cuda", index) names an index
         argument = original.args[0]
         if argument.keyword is not None and argument.keyword.value != "type":
             return updated
@@ -935,14 +924,7 @@ class _Rewriter(cst.CSTTransformer):
             if is_nccl and not positional_after:
                 self._change(value, "nccl-backend", f"dropped backend {self._code(value)}")
                 continue
-            if (text and "nccl" in text.lower()) or is_nccl:
-                self._leave(
-                    value,
-                    "nccl-backend",
-                    "name no backend (PyTorch picks the accelerator's one: gloo with none, nccl "
-                    "on CUDA, tpu_dist on TorchTPU), or pass the others by keyword",
-                )
-            keep.append(after)
+            keep.append(after)  # any other backend, or nccl before a positional: left
         if len(keep) == len(updated.args):
             return updated
         if keep:
@@ -956,8 +938,7 @@ class _Rewriter(cst.CSTTransformer):
             return updated
         first = original.args[0].value
         if _looks_like_index(first):
-            self._leave(first, "to-int-device", _INDEX_ADVICE, shown=original)
-            return updated
+            return updated  # left: a device index
         new_value = self._device_value(first, updated.args[0].value, as_type=as_type)
         if new_value is updated.args[0].value:
             return updated
@@ -973,12 +954,6 @@ class _Rewriter(cst.CSTTransformer):
             if argument.keyword is not None and argument.keyword.value == "choices"
         ]
         has_choices = bool(choice_lists)
-        choices = {
-            _string_value(element.value)
-            for node in choice_lists
-            if isinstance(node, cst.List | cst.Tuple | cst.Set)
-            for element in node.elements
-        }
         for position, argument in enumerate(original.args):
             keyword = argument.keyword.value if argument.keyword is not None else None
             if keyword is None or position >= len(new_arguments):
@@ -987,21 +962,14 @@ class _Rewriter(cst.CSTTransformer):
             if keyword in _DEVICE_KEYWORDS:
                 as_type = _DEVICE_KEYWORDS[keyword]
                 if keyword == "device" and _looks_like_index(argument.value):
-                    self._leave(argument.value, "to-int-device", _INDEX_ADVICE, shown=original)
-                    continue
+                    continue  # left: a device index
                 value = self._device_value(argument.value, current.value, as_type=as_type)
                 new_arguments[position] = current.with_changes(value=value)
             elif keyword == "default" and not has_choices:
                 # argparse: `add_argument("--device", default="cuda")` keeps a string.
                 value = self._device_value(argument.value, current.value, as_type=True)
                 new_arguments[position] = current.with_changes(value=value)
-            elif keyword == "default" and "cpu" in choices and _string_value(argument.value):
-                if (_string_value(argument.value) or "").startswith("cuda"):
-                    self._leave(
-                        argument,
-                        "cuda-device-string",
-                        "default=device.type, with the accelerator types in choices",
-                    )
+            # default="cuda" with "cpu" among the choices is left: the choices need editing.
             elif keyword == "pin_memory" and _is_true(argument.value):
                 self._change(
                     argument, "pin-memory", "pin_memory=True -> torch.accelerator.is_available()"
@@ -1009,8 +977,6 @@ class _Rewriter(cst.CSTTransformer):
                 new_arguments[position] = current.with_changes(
                     value=self._torch("torch.accelerator.is_available()")
                 )
-            elif keyword in {"device_ids", "output_device"}:
-                self._leave(argument, "ddp-device-ids", _DEVICE_IDS_ADVICE)
         return updated.with_changes(args=new_arguments)
 
     # -- assignments and other places where a device string stands -------------------------
@@ -1046,8 +1012,7 @@ class _Rewriter(cst.CSTTransformer):
             for node in _walk(original)
             if isinstance(node, cst.SimpleString)
         ):
-            self._leave(original, "cuda-device-string", f"write device = {CHOOSE_DEVICE}")
-            return updated
+            return updated  # left: a choice between CUDA and another device
         return self._device_value(original, updated, as_type=False)
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
@@ -1183,20 +1148,51 @@ def _may_need_fixing(source: str, aliases: dict[str, str]) -> bool:
     )
 
 
-def _guarded_positions(source: str, aliases: dict[str, str]) -> frozenset[tuple[int, int]]:
-    """Where the audit finds CUDA code that is correct as it stands, as (line, column).
-
-    The fixer leaves those alone instead of deciding again what a CUDA guard is. A notebook
-    cell is audited after one import line per name its other cells import, so that the audit
-    resolves the same names; the positions are shifted back to the cell's lines.
-    """
+def _audit_with_imports(source: str, aliases: Mapping[str, str]) -> list[Finding]:
+    """The audit's findings on `source`, at its own lines. A notebook cell is audited after one
+    import line per name its other cells import, so that the audit resolves the same names."""
     imports = [f"import {full} as {name}" for name, full in sorted(aliases.items())]
     prelude = "".join(f"{line}\n" for line in imports)
-    findings = audit_code(prelude + source)
-    return frozenset(
-        (finding.line - len(imports), finding.column)
+    shift = len(imports)
+    return [
+        dataclasses.replace(finding, line=finding.line - shift)
+        for finding in audit_code(prelude + source)
+        if finding.line > shift
+    ]
+
+
+def _protection(source: str, findings: Sequence[Finding], config: AuditConfig) -> _Protection:
+    """The lines and rules the fixer leaves alone: where the audit finds only guarded code
+    (its verdict, not a second opinion), `# tpuready: ignore` and the config's `skip`."""
+    must_change = {finding.line for finding in findings if finding.severity == MUST_CHANGE}
+    lines = {
+        finding.line
         for finding in findings
-        if finding.severity == GUARDED and finding.line > len(imports)
+        if finding.severity == GUARDED and finding.line not in must_change
+    }
+    rules_by_line: dict[int, frozenset[str]] = {}
+    for line, rules in ignored_rules_by_line(source).items():
+        if rules is None:
+            lines.add(line)
+        else:
+            rules_by_line[line] = rules
+    return _Protection(frozenset(lines), rules_by_line, frozenset(config.skip))
+
+
+def _left(fixed: str, findings: Sequence[Finding], config: AuditConfig) -> tuple[LeftUnfixed, ...]:
+    """What the audit still finds must change in the fixed text, at the fixed text's lines."""
+    lines = fixed.splitlines()
+    return tuple(
+        LeftUnfixed(
+            line=finding.line,
+            rule=finding.rule,
+            code=lines[finding.line - 1].strip() if finding.line <= len(lines) else "",
+            reason=finding.suggestion,
+            column=finding.column,
+            message=finding.message,
+        )
+        for finding in findings
+        if finding.severity == MUST_CHANGE and finding.rule not in config.skip
     )
 
 
@@ -1206,6 +1202,7 @@ def _rewrite(
     device_line: str = "auto",
     bound_elsewhere: frozenset[str] = frozenset(),
     aliases_elsewhere: dict[str, str] | None = None,
+    config: AuditConfig | None = None,
 ) -> FixResult:
     """Rewrite one module (or notebook cell). `device_line`: "auto" adds the device line when
     the rewrites need it, "never" leaves it to another cell, "always" adds it here;
@@ -1218,14 +1215,20 @@ def _rewrite(
         ) from error
     except (RecursionError, MemoryError) as error:
         raise FixInputError(f"cannot parse: {type(error).__name__}") from error
+    config = config or AuditConfig()
     if not _may_need_fixing(source, aliases_elsewhere or {}) and device_line != "always":
-        return FixResult(original=source, fixed=source)
+        findings = _audit_with_imports(source, aliases_elsewhere or {})
+        return FixResult(original=source, fixed=source, left=_left(source, findings, config))
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     facts = _ModuleFacts()
     module.visit(facts)
     facts.aliases = {**(aliases_elsewhere or {}), **facts.aliases}
     facts.binds_torch = facts.binds_torch or "torch" in bound_elsewhere
-    rewriter = _Rewriter(facts, module, _guarded_positions(source, facts.aliases))
+    findings = _audit_with_imports(source, facts.aliases)
+    guarded = frozenset(
+        (finding.line, finding.column) for finding in findings if finding.severity == GUARDED
+    )
+    rewriter = _Rewriter(facts, module, guarded, _protection(source, findings, config))
     if "device" in bound_elsewhere and rewriter.device_scopes[0] is None:
         rewriter.device_scopes[0] = "device"
     fixed = wrapper.visit(rewriter)
@@ -1276,22 +1279,26 @@ def _rewrite(
             new_body.append(kept_statement)
     if additions:
         fixed = fixed.with_changes(body=new_body)
+    fixed_text = fixed.code
+    if fixed_text != source:  # what is left is what the audit finds in the fixed text
+        findings = _audit_with_imports(fixed_text, facts.aliases)
     return FixResult(
         needs_device_line=rewriter.module_device_needed and not wants_line,
         original=source,
-        fixed=fixed.code,
+        fixed=fixed_text,
         changes=tuple(sorted(rewriter.changes, key=lambda change: change.line)),
-        left=tuple(sorted(rewriter.left, key=lambda item: item.line)),
+        left=_left(fixed_text, findings, config),
     )
 
 
-def fix_source(source: str) -> FixResult:
-    """Rewrite the CUDA ties in Python `source` that can be rewritten safely.
+def fix_source(source: str, *, config: AuditConfig | None = None) -> FixResult:
+    """Rewrite the CUDA ties in Python `source` that can be rewritten safely; `config`'s
+    `skip` rules are neither rewritten nor reported.
 
     Raises FixInputError when the text does not parse, TypeError when it is not a str."""
     if not isinstance(source, str):
         raise TypeError(f"source must be Python text (str), got {type(source).__name__}")
-    return _rewrite(source)
+    return _rewrite(source, config=config)
 
 
 def _read_text(path: Path) -> tuple[str, str]:
@@ -1302,7 +1309,7 @@ def _read_text(path: Path) -> tuple[str, str]:
         raise FixInputError(str(error)) from error
 
 
-def fix_file(path: str | os.PathLike[str]) -> FixResult:
+def fix_file(path: str | os.PathLike[str], *, config: AuditConfig | None = None) -> FixResult:
     """`fix_source` on the text of one `.py` file (the file is not written).
 
     Raises FixInputError naming the file when it cannot be read or parsed."""
@@ -1313,7 +1320,7 @@ def fix_file(path: str | os.PathLike[str]) -> FixResult:
         raise FixInputError(f"{file_path}: not a regular file")
     text, _ = _read_text(file_path)
     try:
-        return fix_source(text)
+        return fix_source(text, config=config)
     except FixInputError as error:
         raise FixInputError(f"{file_path}: {error}") from error
 
@@ -1326,8 +1333,9 @@ def fix_file(path: str | os.PathLike[str]) -> FixResult:
 class NotebookFixResult:
     """A notebook's JSON text before and after, each rewritten code cell's `FixResult` (cells
     numbered 1, 2, ... among code cells, as `tpuready.audit` numbers them), and the code cells
-    left as they were because they are not plain Python (IPython magics, shell lines). Cells
-    tagged `cuda-on-purpose` are left alone and are in neither."""
+    left as they were because they are not Python even without their IPython lines (`%%bash`;
+    their result lists what the audit finds in them). Cells tagged `cuda-on-purpose` are left
+    alone and are in neither."""
 
     original: str
     fixed: str
@@ -1347,12 +1355,32 @@ def _cell_text(cell: dict[str, object]) -> str | None:
     return source if isinstance(source, str) else None
 
 
-def fix_notebook(path: str | os.PathLike[str]) -> NotebookFixResult:
+def _mask_ipython(source: str) -> tuple[str, dict[str, str]]:
+    """`source` with each IPython-only line (`%time`, `!pip ...`) replaced by a `pass` that
+    names it, so that the cell parses and keeps its line numbers; and the stand-ins."""
+    lines = source.split("\n")
+    originals: dict[str, str] = {}
+    for number, line in enumerate(lines):
+        match = IPYTHON_ONLY_LINE.match(line)
+        if match is not None:
+            lines[number] = f"{match.group(1)}pass  # IPython line {number + 1}"
+            originals[lines[number]] = line
+    return "\n".join(lines), originals
+
+
+def _unmask_ipython(text: str, originals: dict[str, str]) -> str:
+    return "\n".join(originals.get(line, line) for line in text.split("\n"))
+
+
+def fix_notebook(
+    path: str | os.PathLike[str], *, config: AuditConfig | None = None
+) -> NotebookFixResult:
     """Rewrite the code cells of a `.ipynb` notebook as `fix_source` does a module: imports
     in any cell resolve names in every cell, and the one device line goes after the imports
     of the first cell that imports torch. Outputs are kept (re-run the notebook).
 
     Raises FixInputError naming the file when it cannot be read or is not a notebook."""
+    config = config or AuditConfig()
     notebook_path = Path(path)
     text, _ = _read_text(notebook_path)
     try:
@@ -1366,23 +1394,30 @@ def fix_notebook(path: str | os.PathLike[str]) -> NotebookFixResult:
         cell for cell in cells if isinstance(cell, dict) and cell.get("cell_type") == "code"
     ]
     modules: dict[int, tuple[str, cst.Module, _ModuleFacts]] = {}
+    magic_lines: dict[int, dict[str, str]] = {}
     skipped: list[int] = []
+    unparsed: dict[int, str] = {}
     for number, cell in enumerate(code_cells, start=1):
         metadata = cell.get("metadata")
         tags = metadata.get("tags") if isinstance(metadata, dict) else None
         if isinstance(tags, list) and CUDA_ON_PURPOSE_TAG in tags:
             continue  # CUDA-only on purpose, as the audit reads it: left alone
         source = _cell_text(cell)
-        try:
-            module = cst.parse_module(source) if source is not None else None
-        except (cst.ParserSyntaxError, RecursionError, MemoryError):
-            module = None
+        module = None
+        if source is not None:
+            masked, magic_lines[number] = _mask_ipython(source)
+            try:
+                module = cst.parse_module(masked)
+            except (cst.ParserSyntaxError, RecursionError, MemoryError):
+                module = None
         if source is None or module is None:
-            skipped.append(number)
+            skipped.append(number)  # not Python even without its IPython lines (%%bash)
+            if source is not None:
+                unparsed[number] = source
             continue
         facts = _ModuleFacts()
         module.visit(facts)
-        modules[number] = (source, module, facts)
+        modules[number] = (masked, module, facts)
     aliases: dict[str, str] = {}
     bound: set[str] = set()
     for _, module, facts in modules.values():
@@ -1395,6 +1430,7 @@ def fix_notebook(path: str | os.PathLike[str]) -> NotebookFixResult:
             device_line="never",
             bound_elsewhere=frozenset(bound),
             aliases_elsewhere=aliases,
+            config=config,
         )
         for number, (source, _, _) in modules.items()
     }
@@ -1409,13 +1445,25 @@ def fix_notebook(path: str | os.PathLike[str]) -> NotebookFixResult:
             device_line="always",
             bound_elsewhere=frozenset(bound - {"device"}),
             aliases_elsewhere=aliases,
+            config=config,
         )
         results[target] = FixResult(
             original=first.original,
             fixed=second.fixed,
             changes=first.changes + second.changes,
-            left=first.left,
+            left=second.left,  # the audit of the final text
         )
+    for number, source in unparsed.items():  # not rewritten, but what the audit finds is left
+        python = python_of_cell(source)  # None for a cell magic in another language
+        findings = [] if python is None else _audit_with_imports(python_of_ipython(python), aliases)
+        results[number] = FixResult(source, source, left=_left(source, findings, config))
+    for number, result in list(results.items()):
+        if magic_lines.get(number):  # the IPython lines back in place of their stand-ins
+            results[number] = dataclasses.replace(
+                result,
+                original=_unmask_ipython(result.original, magic_lines[number]),
+                fixed=_unmask_ipython(result.fixed, magic_lines[number]),
+            )
     for number, cell in enumerate(code_cells, start=1):
         result = results.get(number)
         if result is not None and result.changed:
@@ -1455,9 +1503,9 @@ def _expand(paths: Sequence[str]) -> list[Path]:
     return files
 
 
-def _fix_one(path: Path) -> tuple[list[tuple[str, FixResult]], list[str], str, str]:
-    """Fix one input: (label, result) per module or notebook cell, the labels of cells left
-    as they were, the new file text and its encoding. Raises FixInputError naming the file."""
+def _fix_one(path: Path, config: AuditConfig) -> tuple[list[tuple[str, FixResult]], str, str]:
+    """Fix one input: (label, result) per module or notebook cell, the new file text and its
+    encoding. Raises FixInputError naming the file."""
     shown = path.as_posix()
     if path.suffix not in {".py", ".ipynb"}:
         raise FixInputError(f"{shown}: neither a .py file nor a .ipynb notebook")
@@ -1471,33 +1519,50 @@ def _fix_one(path: Path) -> tuple[list[tuple[str, FixResult]], list[str], str, s
             f"{shown}: {size} bytes, over the {MAX_FILE_BYTES} the fixer reads; split the file"
         )
     if path.suffix == ".ipynb":
-        notebook = fix_notebook(path)
+        notebook = fix_notebook(path, config=config)
         parts = [(f"{shown}:cell {number}", result) for number, result in notebook.cells]
-        skipped = [f"{shown}:cell {number}" for number in notebook.skipped]
-        return parts, skipped, notebook.fixed, "utf-8"
+        return parts, notebook.fixed, "utf-8"
     text, encoding = _read_text(path)
     try:
-        result = fix_source(text)
+        result = fix_source(text, config=config)
     except FixInputError as error:
         raise FixInputError(f"{shown}: {error}") from error
-    return [(shown, result)], [], result.fixed, encoding
+    return [(shown, result)], result.fixed, encoding
 
 
-def run_fix(paths: Sequence[str], *, write: bool, stdout: TextIO, stderr: TextIO) -> int:
+def run_fix(
+    paths: Sequence[str],
+    *,
+    write: bool,
+    stdout: TextIO,
+    stderr: TextIO,
+    use_config: bool = True,
+) -> int:
     """Fix `.py` files and notebooks in place (`write=True`) or print a unified diff
     (`write=False`; one per notebook cell).
 
-    What is left, and why, goes to stderr (so a diff on stdout stays a clean patch). Returns
-    0 when nothing remains to change, 1 when something was left (with `write=False`, also when
-    the diff is not empty), 2 when an input could not be read or parsed (one line naming it)."""
+    `[tool.tpuready]` of the nearest pyproject.toml applies as it does to the audit (unless
+    `use_config` is False): `exclude`d files are neither read nor written, `skip`ped rules are
+    neither rewritten nor reported, and neither is a line under `# tpuready: ignore`.
+    What is left goes to stderr (so a diff on stdout stays a clean patch): each must-change
+    finding the audit makes on the fixed text, at its line there. Returns 0 when nothing
+    remains to change, 1 when something is left (with `write=False`, also when the diff is
+    not empty), 2 when an input could not be read or parsed (one line naming it)."""
     if not paths:
         print("tpuready fix: error: name at least one .py file, notebook or folder", file=stderr)
+        return EXIT_UNREADABLE
+    try:
+        config = load_config(paths[0], RULES) if use_config else AuditConfig()
+    except AuditInputError as error:
+        print(f"tpuready fix: error: {error}", file=stderr)
         return EXIT_UNREADABLE
     status = EXIT_CLEAN
     for path in _expand(paths):
         shown = path.as_posix()
+        if config.excludes(path):
+            continue
         try:
-            parts, skipped, fixed_text, encoding = _fix_one(path)
+            parts, fixed_text, encoding = _fix_one(path, config)
         except FixInputError as error:
             print(f"tpuready fix: error: {error}", file=stderr)
             status = EXIT_UNREADABLE
@@ -1519,16 +1584,11 @@ def run_fix(paths: Sequence[str], *, write: bool, stdout: TextIO, stderr: TextIO
         for label, result in parts:
             for item in result.left:
                 print(
-                    f"{label}:{item.line}  left {item.rule}: {item.code}  ->  {item.reason}",
+                    f"{label}:{item.line}:{item.column}  left {item.rule}: {item.message}  ->  "
+                    f"{item.reason}",
                     file=stderr,
                 )
                 status = max(status, EXIT_LEFT)
-        for label in skipped:
-            print(
-                f"{label}  skipped: not plain Python (IPython syntax); check it by hand",
-                file=stderr,
-            )
-            status = max(status, EXIT_LEFT)
     return status
 
 
