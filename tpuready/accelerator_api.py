@@ -226,8 +226,10 @@ CUDA_TO_ACCELERATOR: tuple[AcceleratorEquivalent, ...] = (
     ),
     AcceleratorEquivalent(
         "torch.cuda.amp.GradScaler()",
-        "torch.amp.GradScaler(device.type)",
-        "loss scaling is for float16; bfloat16 needs none",
+        'torch.amp.GradScaler(device.type, enabled=device.type == "cuda")',
+        "loss scaling is for float16 autocast, CUDA's default; a TPU autocasts to bfloat16, "
+        "which needs none, and an enabled scaler there needs loss-scaling kernels that torch "
+        "2.13 has no generic fallback for",
     ),
 )
 

@@ -15,8 +15,10 @@ What it rewrites (each keeps the code's behaviour on a CUDA GPU, where `device` 
   `torch.accelerator.synchronize()`, `torch.cuda.manual_seed_all(s)` -> `torch.manual_seed(s)`).
   Calls that raise on a machine with no accelerator (synchronize, memory statistics, ...) are
   rewritten only as a statement of their own, under `if torch.accelerator.is_available():`.
-- `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(device.type, ...)` and
-  `torch.cuda.amp.GradScaler(...)` -> `torch.amp.GradScaler(device.type, ...)`.
+- `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(device.type, ...)` (float16 on CUDA,
+  as before; bfloat16 on a TPU and the CPU, their autocast default) and
+  `torch.cuda.amp.GradScaler(...)` -> `torch.amp.GradScaler(device.type, ...,
+  enabled=device.type == "cuda")`: loss scaling only where autocast is float16.
 - A `"cuda"` device string -> `device` where a device is expected (`.to("cuda")`,
   `torch.device("cuda")`, `device="cuda"`, `map_location="cuda"`), `device.type` where a device
   type is (`device_type="cuda"`, `torch.autocast("cuda")`) or where the value stays a string
@@ -882,12 +884,46 @@ class _Rewriter(cst.CSTTransformer):
         if member == "autocast" and positional:
             return updated  # left: torch.amp.autocast orders its arguments differently
         self._change(original, "cuda-amp", f"{name}(...) -> torch.amp.{member}(device.type, ...)")
-        first = cst.Arg(value=self._device(original, as_type=True))
+        device_type = self._device(original, as_type=True)
+        first = cst.Arg(value=device_type)
+        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
         if updated.args:
-            first = first.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        return updated.with_changes(
-            func=self._torch(f"torch.amp.{member}"), args=[first, *updated.args]
+            first = first.with_changes(comma=comma)
+        arguments = [first, *updated.args]
+        if member == "GradScaler":
+            arguments = self._scale_only_on_cuda(arguments, device_type)
+        return updated.with_changes(func=self._torch(f"torch.amp.{member}"), args=arguments)
+
+    def _scale_only_on_cuda(
+        self, arguments: list[cst.Arg], device_type: cst.BaseExpression
+    ) -> list[cst.Arg]:
+        """Loss scaling where autocast is float16 (CUDA's default), none where it is bfloat16
+        (a TPU's): `enabled=device.type == "cuda"`, or `enabled=(X) and ...` for the original
+        `enabled=X`. On a TPU an enabled scaler needs loss-scaling kernels torch 2.13 lacks."""
+        on_cuda = f'{self.module.code_for_node(device_type)} == "cuda"'
+        for position, argument in enumerate(arguments):
+            if argument.keyword is not None and argument.keyword.value == "enabled":
+                if isinstance(argument.value, cst.Name) and argument.value.value == "False":
+                    return arguments
+                wanted = self.module.code_for_node(argument.value)
+                if not isinstance(argument.value, cst.Name | cst.Attribute):
+                    wanted = f"({wanted})"
+                value = cst.parse_expression(f"{wanted} and {on_cuda}")
+                arguments[position] = argument.with_changes(value=value)
+                return arguments
+        last = arguments[-1].with_changes(
+            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
         )
+        enabled = cst.Arg(
+            keyword=cst.Name("enabled"),
+            value=cst.parse_expression(on_cuda),
+            equal=cst.AssignEqual(
+                whitespace_before=cst.SimpleWhitespace(""),
+                whitespace_after=cst.SimpleWhitespace(""),
+            ),
+        )
+        # A trailing comma (and the line break after it) moves to the new last argument.
+        return [*arguments[:-1], last, enabled.with_changes(comma=arguments[-1].comma)]
 
     def _fix_torch_device(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if len(original.args) != 1:
