@@ -69,7 +69,40 @@ def test_backend_setting_advice_follows_the_value_assigned() -> None:
     assert lines[5].suggestion.startswith('torch.set_float32_matmul_precision("highest")')
     assert "use_deterministic_algorithms(True)" not in lines[6].suggestion
     assert lines[7].suggestion.startswith("torch.use_deterministic_algorithms(True)")
-    assert lines[8].suggestion.startswith('torch.set_float32_matmul_precision("high")')
+    assert lines[8].suggestion.startswith("keep it")
+    # What a TPU loses decides the severity: determinism and full float32 asked for are lost
+    # there (must change); TF32 or non-determinism allowed is what a TPU does anyway (a note).
+    assert [lines[number].severity for number in (5, 6, 7, 8)] == [
+        "must-change",
+        "note",
+        "must-change",
+        "note",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("source", "severity"),
+    [
+        ("torch.backends.cudnn.benchmark = True", "note"),
+        ("torch.backends.cudnn.benchmark = False", "note"),
+        ("torch.backends.cudnn.enabled = False", "note"),
+        ("torch.backends.cudnn.allow_tf32 = True", "note"),
+        ("torch.backends.cudnn.allow_tf32 = False", "must-change"),
+        ("torch.backends.cudnn.allow_tf32 = args.tf32", "must-change"),
+        ("torch.backends.cuda.matmul.allow_tf32 = True", "note"),
+        ("torch.backends.cuda.matmul.allow_tf32 = use_tf32", "must-change"),
+        ("torch.backends.cudnn.deterministic = True", "must-change"),
+        ("torch.backends.cudnn.deterministic = False", "note"),
+        ("torch.backends.cudnn.deterministic = seeded", "must-change"),
+        ("torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = 0", "must-change"),
+    ],
+)
+def test_a_setting_is_a_note_only_when_a_tpu_loses_nothing_it_asked_for(
+    source: str, severity: str
+) -> None:
+    (finding,) = audit.audit_code(f"import torch\n{source}\n")
+    assert finding.severity == severity
+    assert ("a note)" in finding.message) == (severity == "note")
 
 
 def _suggestion(source: str) -> str:
@@ -105,8 +138,8 @@ def test_float64_advice_never_sends_counts_to_bfloat16() -> None:
 
 def test_tf32_advice_says_what_high_means_on_torchtpu() -> None:
     suggestion = _suggestion("torch.backends.cuda.matmul.allow_tf32 = True\n")
-    assert 'only when device.type == "cuda"' in suggestion
-    assert "three bf16 passes" in suggestion
+    assert "does nothing on a TPU" in suggestion
+    assert "three bf16 passes" in suggestion and "where the original line did nothing" in suggestion
 
 
 def test_per_rank_advice_is_one_recipe_in_the_audit_and_the_fix() -> None:
@@ -121,8 +154,8 @@ def test_per_rank_advice_is_one_recipe_in_the_audit_and_the_fix() -> None:
 
 def test_cudnn_allow_tf32_is_not_sent_to_the_matmul_precision() -> None:
     (finding,) = findings_of("advice_cudnn_tf32.py")
-    assert finding.suggestion.startswith("remove it")
-    assert "convolutions" in finding.suggestion
+    assert finding.suggestion.startswith("keep it")
+    assert "convolutions" in finding.suggestion and finding.severity == "note"
 
 
 def test_device_capability_is_not_sent_to_a_dict_returning_call() -> None:

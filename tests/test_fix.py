@@ -225,7 +225,13 @@ def test_fixed_train_cuda_only_prints_the_losses_of_the_hand_ported_script(
     tmp_path: Path,
 ) -> None:
     fixed = tmp_path / "train_fixed.py"
-    fixed.write_text(fix.fix_file(EXAMPLES / "train_cuda_only.py").fixed, encoding="utf-8")
+    fixed_text = fix.fix_file(EXAMPLES / "train_cuda_only.py").fixed
+    # The script's own check, ported, wants an accelerator; this machine may have none.
+    needs_accelerator = (
+        '    assert torch.accelerator.is_available(), "this script needs a CUDA GPU"\n'
+    )
+    assert needs_accelerator in fixed_text
+    fixed.write_text(fixed_text.replace(needs_accelerator, ""), encoding="utf-8")
     scripts = (fixed, EXAMPLES / "train_portable.py")
     runs = {  # both at once: each trains for a few seconds
         script.name: subprocess.Popen(
@@ -254,10 +260,13 @@ def test_fixed_train_cuda_only_has_no_covered_findings_left() -> None:
     result = fix.fix_file(EXAMPLES / "train_cuda_only.py")
     findings = audit.audit_code(result.fixed, "train_cuda_only.py")
     assert [f for f in findings if f.rule in _covered_rules() and _must_change(f)] == []
-    assert {item.rule for item in result.left} == {"cudnn-setting"}
+    assert not result.left
+    # cudnn.benchmark stays as written: off CUDA it does nothing, and the audit calls it a note.
+    (note,) = [f for f in findings if f.rule == "cudnn-setting"]
+    assert note.severity == "note"
 
 
-@pytest.mark.parametrize("name", ["train_cuda_only.py", "ddp_cuda_only.py"])
+@pytest.mark.parametrize("name", ["ddp_cuda_only.py"])
 def test_what_the_audit_still_finds_is_what_the_fixer_reported_as_left(name: str) -> None:
     result = fix.fix_file(EXAMPLES / name)
     known = (fix.FIXED_RULES | fix.REPORTED_RULES) & set(audit.RULES)
@@ -308,13 +317,13 @@ def _run(paths: list[str], *, write: bool) -> tuple[int, str, str]:
 
 def test_diff_mode_prints_a_diff_and_writes_nothing(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
-    original = (EXAMPLES / "train_cuda_only.py").read_text(encoding="utf-8")
+    original = (EXAMPLES / "ddp_cuda_only.py").read_text(encoding="utf-8")
     script.write_text(original, encoding="utf-8")
     status, stdout, stderr = _run([str(script)], write=False)
     assert status == fix.EXIT_LEFT
     assert stdout.startswith(f"--- a/{str(script).lstrip('/')}\n+++ b/")
-    assert "-    ).cuda()\n+    ).to(device)\n" in stdout
-    assert "left cudnn-setting" in stderr
+    assert '-    dist.init_process_group("nccl")\n+    dist.init_process_group()\n' in stdout
+    assert "left set-device-index" in stderr
     assert script.read_text(encoding="utf-8") == original
 
 
@@ -418,6 +427,67 @@ def test_a_notebook_that_defines_device_gets_no_device_line(tmp_path: Path) -> N
     assert f"--- a/{str(path).lstrip('/')}:cell 3\n" in stdout
     assert "+x = torch.zeros(2).to(device)\n+torch.manual_seed(0)" in stdout
     assert "accelerator.current_accelerator" not in stdout
+
+
+@pytest.mark.parametrize(
+    "binding",
+    [
+        "def move(x, device='cpu'):",  # a default that is not the choice
+        "def move(x):\n    device = 3",
+        "def move(x):\n    device = x.device",
+        "def move(x):\n    if x.is_sparse:\n        device = torch.device('mps')",
+    ],
+)
+def test_rewrites_never_capture_a_device_the_scope_binds_to_something_else(binding: str) -> None:
+    source = f"import torch\n\n\n{binding}\n    return x.cuda()\n"
+    fixed = fix.fix_source(source).fixed
+    assert "return x.to(chosen_device)" in fixed
+    assert "chosen_device = (\n    torch.accelerator.current_accelerator" in fixed
+    namespace: dict[str, object] = {}
+    exec(compile(fixed, "fixed.py", "exec"), namespace)  # the fresh name is defined
+    assert namespace["chosen_device"] == namespace["torch"].device("cpu")  # type: ignore[attr-defined]
+
+
+def test_the_device_a_caller_passes_or_the_choice_is_used_as_it_is() -> None:
+    for binding in (
+        "def move(x, device):",
+        "def move(x, device: torch.device = torch.device('cuda')):",
+        "def move(x):\n    device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')",
+    ):
+        fixed = fix.fix_source(f"import torch\n\n\n{binding}\n    return x.cuda()\n").fixed
+        assert "return x.to(device)" in fixed and "chosen_device" not in fixed, binding
+
+
+def test_the_fresh_name_is_one_the_file_does_not_use() -> None:
+    source = "import torch\nchosen_device = 1\n\n\ndef f(x, device=None):\n    return x.cuda()\n"
+    assert "return x.to(chosen_device_)" in fix.fix_source(source).fixed
+
+
+def test_a_notebook_gets_the_fresh_device_line_once(tmp_path: Path) -> None:
+    path = _notebook(
+        tmp_path,
+        nbformat.v4.new_code_cell("import torch"),
+        nbformat.v4.new_code_cell("def f(x, device='cpu'):\n    return x.cuda()"),
+        nbformat.v4.new_code_cell("y = torch.zeros(2).cuda()"),
+    )
+    fixed_cells = dict(fix.fix_notebook(path).cells)
+    first = fixed_cells[1].fixed
+    assert first.count("chosen_device = (") == 1 and "\ndevice = (" not in first
+    assert fixed_cells[2].fixed.endswith("return x.to(chosen_device)")
+    assert fixed_cells[3].fixed == "y = torch.zeros(2).to(chosen_device)"
+
+
+def test_a_file_that_needs_a_fresh_name_gets_one_device_line_used_everywhere() -> None:
+    source = (
+        "import torch\n\n\ndef f(x, device='cpu'):\n    return x.cuda()\n\n\n"
+        "y = torch.ones(1).cuda()\n"
+    )
+    fixed = fix.fix_source(source).fixed
+    assert fixed.count("current_accelerator(check_available=True)") == 1
+    assert "return x.to(chosen_device)" in fixed and "y = torch.ones(1).to(chosen_device)" in fixed
+    namespace: dict[str, object] = {}
+    exec(compile(fixed, "fixed.py", "exec"), namespace)
+    assert namespace["y"].device == namespace["chosen_device"]  # type: ignore[attr-defined]
 
 
 def test_the_book_portable_code_needs_no_change() -> None:
@@ -673,6 +743,29 @@ def test_a_file_with_only_cudnn_settings_is_reported_not_called_clean(tmp_path: 
     status, stdout, stderr = _run([str(script)], write=False)
     assert (status, stdout) == (fix.EXIT_LEFT, "")
     assert f"{script.as_posix()}:2:1  left cudnn-setting: " in stderr
+
+
+def test_a_harmless_cudnn_setting_is_kept_and_not_reported(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("import torch\ntorch.backends.cudnn.benchmark = True\n", encoding="utf-8")
+    assert _run([str(script)], write=False) == (fix.EXIT_CLEAN, "", "")
+
+
+def test_an_assert_that_cuda_is_there_becomes_one_that_an_accelerator_is() -> None:
+    source = (
+        "import torch\n"
+        'assert torch.cuda.is_available(), "this script needs a GPU"  # why\n'
+        "if ready: assert torch.cuda.is_available()\n"
+        "assert torch.cuda.device_count() >= 2\n"
+    )
+    result = fix.fix_source(source)
+    assert result.fixed.splitlines()[1:] == [
+        'assert torch.accelerator.is_available(), "this script needs a GPU"  # why',
+        "if ready: assert torch.accelerator.is_available()",
+        "assert torch.cuda.device_count() >= 2",
+    ]
+    # Two ranks on a CUDA host are two GPUs; on TorchTPU each process sees one: a person decides.
+    assert [(item.line, item.rule) for item in result.left] == [(4, "torch-cuda-call")]
 
 
 def test_left_lines_are_the_lines_after_the_rewrite(tmp_path: Path) -> None:

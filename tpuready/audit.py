@@ -18,7 +18,9 @@ Each finding has a severity:
   probe that is also true on a TPU (`torch.accelerator.is_available()`), and `--fix` leaves
   every probe the audit calls a CUDA guard.
 - `note`: worth knowing, but not a tie (float64 in a file that never names a device,
-  `torch.inference_mode` in a file that never compiles, a file skipped for its size).
+  `torch.inference_mode` in a file that never compiles, a cuDNN or CUDA setting that does
+  nothing off CUDA and asks for nothing a TPU lacks, such as `cudnn.benchmark = True`, a file
+  skipped for its size).
 
 Each node gives at most one finding. `# tpuready: ignore` in a real comment (read with
 `tokenize`) silences every rule on its line, `# tpuready: ignore[float64, pin-memory]` only
@@ -77,11 +79,13 @@ from tpuready.audit_sources import (
 )
 
 __all__ = [
+    "BFLOAT16_OFF_CUDA",
     "CUDA_ON_PURPOSE_TAG",
     "GUARDED",
     "MAX_FILE_BYTES",
     "MUST_CHANGE",
     "NOTE",
+    "OFF_CUDA_BRANCH",
     "RULES",
     "RULE_TABLE",
     "SEVERITIES",
@@ -206,6 +210,8 @@ _EXTRA_EQUIVALENTS: Mapping[str, str] = MappingProxyType(
         "then g.replay()",
         "stream": "`with stream:` where stream is a torch.Stream (a stream is its own "
         "context manager)",
+        "is_bf16_supported": 'device.type != "cuda" or torch.cuda.is_bf16_supported() '
+        "(bfloat16 is native on TPUs and runs on CPUs; only a GPU older than Ampere lacks it)",
         "get_device_capability": "no portable compute capability exists: keep it inside "
         '`if device.type == "cuda":` (torch.accelerator.get_device_capability() returns a '
         "dict in torch 2.13, so comparing it with (major, minor) breaks)",
@@ -430,6 +436,27 @@ class _FileFacts:
     device_type_names: set[str] = field(default_factory=set)
     _names_a_device: bool | None = None
     ported_flags: frozenset[str] | None = None  # filled by _Auditor.ported_flags
+    _falls_through_to: dict[int, list[ast.stmt]] | None = None
+
+    def after_if(self, node: ast.If) -> list[ast.stmt]:
+        """The statements after an `if` with no `else` whose body always leaves (`return`,
+        `raise`): what runs when its test is false. Found on the first such `if` of a file."""
+        if self._falls_through_to is None:
+            self._falls_through_to = {}
+            for tree in self.trees:
+                for parent in ast.walk(tree):
+                    for name in ("body", "orelse", "finalbody"):
+                        block = getattr(parent, name, None)
+                        if not isinstance(block, list):
+                            continue
+                        for index, statement in enumerate(block):
+                            if (
+                                isinstance(statement, ast.If)
+                                and not statement.orelse
+                                and isinstance(statement.body[-1], ast.Return | ast.Raise)
+                            ):
+                                self._falls_through_to[id(statement)] = block[index + 1 :]
+        return self._falls_through_to.get(id(node), [])
 
     @property
     def names_a_device(self) -> bool:
@@ -563,6 +590,34 @@ def _child_fields(node_type: type) -> tuple[str, ...]:
 
 _GUARDED_FLAG = 1  # inside the body of a CUDA guard
 _GUARD_TEST_FLAG = 2  # inside the test of a CUDA guard
+_FALLBACK_SHIFT = 2  # the bits above: which fallback the test's other branch takes (1-based)
+_FALLBACKS = (
+    "falls back to the CPU",
+    "stops the program",
+    "picks float16",
+)
+_CPU_TENSOR_TYPES = frozenset(
+    f"torch.{kind}Tensor"
+    for kind in ("Float", "Double", "Half", "BFloat16", "Byte", "Char", "Short", "Int", "Long")
+)
+_EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+_FLOAT16_NAMES = frozenset({"torch.float16", "torch.half"})
+
+
+# Marks the message of a CUDA check the audit ports because of what its other branch does;
+# `--fix` rewrites those checks (tpuready.fix reads the mark from here).
+OFF_CUDA_BRANCH = "the branch taken off CUDA"
+# The advice for a CUDA probe whose other branch picks float16: on a TPU it would pick float16
+# too. `--fix` leaves the probes that get this advice (tpuready.fix reads it from here).
+BFLOAT16_OFF_CUDA = (
+    'bfloat16 wherever device.type != "cuda": write `device.type != "cuda" or '
+    "torch.cuda.is_bf16_supported()` (TPUs and CPUs compute in bfloat16; only a GPU older "
+    "than Ampere needs the float16 branch)"
+)
+
+
+def _fallback_flags(fallback: int | None) -> int:
+    return 0 if fallback is None else (fallback + 1) << _FALLBACK_SHIFT
 
 
 class _Auditor:
@@ -654,6 +709,8 @@ class _Auditor:
             elif node_type is ast.If or node_type is ast.IfExp:
                 polarity = self.guard_polarity(node)
                 test_flags = flags | _GUARD_TEST_FLAG if polarity is not None else flags
+                if polarity is None:
+                    test_flags |= _fallback_flags(self.fallback_of(node))
                 pending.append((node.test, test_flags))  # type: ignore[attr-defined]
                 body_flags = flags | _GUARDED_FLAG if polarity is True else flags
                 else_flags = flags | _GUARDED_FLAG if polarity is False else flags
@@ -768,18 +825,63 @@ class _Auditor:
 
     def guard_polarity(self, node: ast.If | ast.IfExp) -> bool | None:
         """True: the body runs only on CUDA; False: the else-branch does; None: not a guard.
-        An `if` whose body chooses the device (`device = "cuda"`) is a choice, not a guard."""
+
+        An `if` whose CUDA branch chooses the device (`device = "cuda"`, `return
+        torch.device("cuda")`) is a choice, not a guard, and so is one whose other branch is
+        what a TPU must not get (`fallback_of`): both are ported, not kept."""
         polarity = self.is_cuda_test(node.test)
         if polarity is None:
             return None
         chosen = node.body if polarity else node.orelse
         statements = chosen if isinstance(chosen, list) else []
         for statement in statements:
-            if isinstance(statement, ast.Assign) and _device_choice(statement.value):
+            if (
+                isinstance(statement, ast.Assign | ast.Return)
+                and statement.value is not None
+                and _device_choice(statement.value)
+            ):
                 return None
         if isinstance(chosen, ast.AST) and _is_cuda_device_text(chosen):
             return None
+        if self.fallback_of(node, polarity) is not None:
+            return None
         return polarity
+
+    def fallback_of(self, node: ast.If | ast.IfExp, polarity: bool | None = None) -> int | None:
+        """Which of `_FALLBACKS` the branch taken off CUDA takes, or None: the CPU (a `"cpu"`
+        device, `.cpu()`, a CPU tensor type), an exit (`raise`, `sys.exit`), or float16. A TPU
+        would take that branch, so the CUDA check must be ported, not kept."""
+        if polarity is None:
+            polarity = self.is_cuda_test(node.test)
+            if polarity is None:
+                return None
+        other = node.orelse if polarity else node.body
+        if polarity and isinstance(node, ast.If) and not other:
+            other = self.facts.after_if(node)
+        roots = other if isinstance(other, list) else [other]
+        for root in roots:
+            for inner in ast.walk(root):  # an `elif` chain too: a TPU falls through all of it
+                if _string_value(inner) == "cpu" or (
+                    isinstance(inner, ast.Attribute) and inner.attr == "cpu"
+                ):
+                    return 0
+                if isinstance(inner, ast.Name | ast.Attribute):
+                    name = self.qualify(inner)
+                    if name in _CPU_TENSOR_TYPES:
+                        return 0
+                    if name in _FLOAT16_NAMES:
+                        return 2
+                if isinstance(inner, ast.Raise) or (
+                    isinstance(inner, ast.Call)
+                    and (
+                        self.qualify(inner.func) in _EXIT_CALLS
+                        or (isinstance(inner.func, ast.Name) and inner.func.id in _EXIT_CALLS)
+                    )
+                ):
+                    return 1
+                if _string_value(inner) in {"float16", "fp16", "half"}:
+                    return 2
+        return None
 
     # -- reporting ------------------------------------------------------------------------
 
@@ -807,6 +909,11 @@ class _Auditor:
         entry = RULE_BY_ID[rule]
         severity = severity or entry.severity
         suggestion = suggestion or entry.advice
+        fallback = self.flags >> _FALLBACK_SHIFT
+        if severity == MUST_CHANGE and fallback:
+            message += f" ({OFF_CUDA_BRANCH} {_FALLBACKS[fallback - 1]}: a TPU would take it)"
+            if rule == "torch-cuda-call" and _FALLBACKS[fallback - 1] == "picks float16":
+                suggestion = BFLOAT16_OFF_CUDA
         if severity == MUST_CHANGE and self.flags & _GUARD_TEST_FLAG:
             severity, suggestion = GUARDED, _PROBE_ADVICE
             message += " (a CUDA guard)"
@@ -1079,29 +1186,54 @@ def _setting_suggestion(setting: str, value: ast.AST | None) -> str:
         )
     if setting == "benchmark":
         return (
-            'remove it, or set it only when device.type == "cuda" '
-            "(cuDNN autotuning has no TPU counterpart)"
+            "keep it: cuDNN autotuning picks CUDA convolution kernels, and has no TPU "
+            "counterpart to ask for"
         )
     if setting == "allow_tf32":
+        if value is not None and _is_true(value):
+            return (
+                "keep it (PyTorch's default): it lets cuDNN convolutions use TF32 on CUDA "
+                "and does nothing on a TPU; torch.set_float32_matmul_precision does not touch "
+                "convolutions"
+            )
         return (
-            'remove it, or set it only when device.type == "cuda": it governs cuDNN '
-            "convolutions, and torch.set_float32_matmul_precision does not touch convolutions"
+            'keep it, under `if device.type == "cuda":`: it governs cuDNN convolutions only, '
+            "and torch.set_float32_matmul_precision does not touch convolutions; on TorchTPU "
+            "ask for full float32 with torch.tpu.precision(torch.tpu.Precision.HIGHEST)"
         )
     if setting == "matmul.allow_tf32":
         if value is not None and _is_false(value):
-            return 'torch.set_float32_matmul_precision("highest") (the default: TF32 off)'
+            return (
+                'torch.set_float32_matmul_precision("highest"): full float32 matmuls on CUDA '
+                "(TF32 off, its default) and on TorchTPU (six bf16 passes; its default is one)"
+            )
         if value is not None and not _is_true(value):
             return f'torch.set_float32_matmul_precision("high" if {shown} else "highest")'
         return (
-            'torch.set_float32_matmul_precision("high"), only when device.type == "cuda": '
-            'there it means TF32; on TorchTPU "high" means three bf16 passes per float32 matmul '
-            "(its default is one), slower, where the original line did nothing"
+            "keep it: it turns TF32 on for CUDA matmuls and does nothing on a TPU, whose "
+            "float32 matmuls are one bf16 pass by default. Do not port it to "
+            'torch.set_float32_matmul_precision("high") unconditionally: on TorchTPU "high" '
+            "means three bf16 passes per matmul, slower, where the original line did nothing"
         )
     if setting == "enabled":
-        return "remove it: cuDNN is never used off CUDA GPUs"
+        return "keep it: it switches cuDNN on CUDA GPUs and does nothing elsewhere"
     if setting == "sdp_kernel":
         return "torch.nn.attention.sdpa_kernel(...), " + _GUARD_ADVICE
     return f"remove it, {_GUARD_ADVICE}"
+
+
+def _harmless_off_cuda(setting: str, value: ast.AST) -> bool:
+    """Whether `torch.backends.cudnn/cuda.<setting> = value` loses nothing the script asked for
+    on a TPU: the flag is only read by CUDA kernels, and a TPU already does what it asks (speed
+    over precision, or no cuDNN). A request for determinism or for full float32 precision is
+    lost there, and stays must-change."""
+    if setting in {"benchmark", "enabled"}:
+        return True  # autotuning and the cuDNN switch: CUDA kernels only, no result changes
+    if setting in {"allow_tf32", "matmul.allow_tf32"}:
+        return _is_true(value)  # TF32 allowed: a TPU's default float32 matmul is coarser still
+    if setting == "deterministic":
+        return _is_false(value)  # non-determinism allowed: the default everywhere
+    return False
 
 
 def _check_backend_setting(
@@ -1112,8 +1244,18 @@ def _check_backend_setting(
             name = audit.qualify(target) if isinstance(target, ast.Attribute) else None
             if name is not None and name.startswith(prefix):
                 setting = name.removeprefix(prefix)
+                harmless = _harmless_off_cuda(setting, node.value)
                 audit.report(
-                    rule, target, f"`{name}` {what}", _setting_suggestion(setting, node.value)
+                    rule,
+                    target,
+                    f"`{name}` {what}"
+                    + (
+                        " (off CUDA it does nothing and loses nothing asked for: a note)"
+                        if harmless
+                        else ""
+                    ),
+                    _setting_suggestion(setting, node.value),
+                    severity=NOTE if harmless else None,
                 )
         return
     name = audit.current_name

@@ -28,7 +28,8 @@ What it rewrites (each keeps the code's behaviour on a CUDA GPU, where `device` 
 - `init_process_group("nccl")` / `backend="nccl"` -> no backend (PyTorch picks the
   machine accelerator's).
 - `pin_memory=True` -> `pin_memory=torch.accelerator.is_available()`.
-- `assert torch.cuda.is_available()` is removed: the ported script runs without a GPU.
+- `assert torch.cuda.is_available()` -> `assert torch.accelerator.is_available()`: a script
+  that needed a GPU needs an accelerator (its message is kept as written).
 
 When the rewritten code names `device` and the module defines none at module level, one
 statement `device = torch.accelerator.current_accelerator(check_available=True) or
@@ -70,7 +71,15 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from tpuready.accelerator_api import CUDA_TO_ACCELERATOR
-from tpuready.audit import GUARDED, MUST_CHANGE, RULES, Finding, audit_code
+from tpuready.audit import (
+    BFLOAT16_OFF_CUDA,
+    GUARDED,
+    MUST_CHANGE,
+    OFF_CUDA_BRANCH,
+    RULES,
+    Finding,
+    audit_code,
+)
 from tpuready.audit_sources import (
     IPYTHON_ONLY_LINE,
     AuditConfig,
@@ -208,6 +217,9 @@ class FixResult:
     # True when the rewrites name a module-level `device` that this text neither defines nor
     # got added (a notebook cell whose device line goes into another cell).
     needs_device_line: bool = False
+    # The same for the fresh device name (`chosen_device`) that rewrites name where a scope
+    # binds `device` to something else.
+    needs_fresh_device_line: bool = False
 
     @property
     def changed(self) -> bool:
@@ -389,8 +401,10 @@ def _binds_device_without_a_value(node: cst.CSTNode) -> bool:
 def _scope_kind(
     parameters: cst.Parameters | None, statements: Sequence[cst.CSTNode], string_used: bool
 ) -> str | None:
-    """How a scope binds `device`: None (not here), "device" (a torch.device for sure) or
-    "unknown" (a parameter, or a value that may be a string)."""
+    """How a scope binds `device`: None (not here), "device" (the device choice, a
+    torch.device), "unknown" (the choice or the caller's device, maybe a string) or "other"
+    (something else: `device="cpu"`, `device = x.device`, `device = 3`), which the rewrites
+    must not capture: they name a fresh module-level device instead."""
     if parameters is not None:
         for parameter in [
             *parameters.posonly_params,
@@ -398,6 +412,8 @@ def _scope_kind(
             *parameters.kwonly_params,
         ]:
             if parameter.name.value == "device":
+                if parameter.default is not None and not _is_the_choice(parameter.default):
+                    return "other"
                 annotation = parameter.annotation
                 if annotation is not None and _dotted(annotation.annotation) == "torch.device":
                     return "device"
@@ -405,22 +421,22 @@ def _scope_kind(
     values = _device_values(statements)
     if not values:
         return None
-    if string_used or not all(value is not None and _makes_a_device(value) for value in values):
-        return "unknown"
-    return "device"
+    if not all(value is not None and _is_the_choice(value) for value in values):
+        return "other"
+    return "unknown" if string_used else "device"
 
 
-def _makes_a_device(value: cst.BaseExpression) -> bool:
-    """True for expressions that give a torch.device: `torch.device(...)`,
-    `current_accelerator(...) or ...`, `choose_device()`, `x.device`, a CUDA device string the
-    fixer turns into the device choice."""
+def _is_the_choice(value: cst.BaseExpression) -> bool:
+    """True for the device choice, or a CUDA choice the fixer turns into it:
+    `current_accelerator(...) or ...`, `choose_device()`, `"cuda"`, `torch.device("cuda")`,
+    `"cuda" if torch.cuda.is_available() else "cpu"` (also inside `torch.device(...)`)."""
     if isinstance(value, cst.BooleanOperation):
-        return _makes_a_device(value.left) or _makes_a_device(value.right)
+        return _is_the_choice(value.left)
     if isinstance(value, cst.Call):
-        name = _dotted(value.func) or ""
-        return name.rsplit(".", 1)[-1] in {"device", "current_accelerator", "choose_device"}
-    if isinstance(value, cst.Attribute):
-        return value.attr.value == "device"
+        name = (_dotted(value.func) or "").rsplit(".", 1)[-1]
+        if name in {"current_accelerator", "choose_device"}:
+            return True
+        return name == "device" and len(value.args) == 1 and _is_the_choice(value.args[0].value)
     if _string_value(value) == "cuda":
         return True
     return isinstance(value, cst.IfExp) and _string_value(value.body) == "cuda"
@@ -456,10 +472,15 @@ class _Rewriter(cst.CSTTransformer):
         module: cst.Module,
         guarded: frozenset[tuple[int, int]] = frozenset(),
         protection: _Protection | None = None,
+        ported_checks: frozenset[int] = frozenset(),
+        fresh_device: str = "chosen_device",
+        fresh_everywhere: bool = False,
     ) -> None:
         super().__init__()
+        self.fresh_everywhere = fresh_everywhere  # one device name per file: the fresh one
         self.facts = facts
         self.module = module
+        self.ported_checks = ported_checks
         # (line, 1-based column) of what the audit calls a CUDA check kept on purpose.
         self.guarded = guarded
         self.protection = protection or _Protection()
@@ -467,6 +488,8 @@ class _Rewriter(cst.CSTTransformer):
         self.changes: list[Change] = []
         self.uses_torch = False
         self.module_device_needed = False
+        self.fresh_device_needed = False  # `fresh_device` named where a scope binds `device`
+        self.fresh_device = fresh_device
         self.first_device_line: int | None = None
         self.device_scopes: list[str | None] = [
             _scope_kind(None, module.body, "device" in facts.string_used)
@@ -474,8 +497,6 @@ class _Rewriter(cst.CSTTransformer):
         self._call_funcs: set[int] = set()
         self._inner_attributes: set[int] = set()
         self._statement_calls: set[int] = set()
-        self._removed: set[int] = set()
-        self._removed_lines: set[int] = set()
         self._statement_of: dict[int, cst.Call] = {}
         self._set_device_index: dict[int, cst.BaseExpression | None] = {}
 
@@ -502,14 +523,22 @@ class _Rewriter(cst.CSTTransformer):
         if not self.protection.rules_by_line and not self.protection.skipped_rules:
             return super().on_leave(original_node, updated_node)
         count = len(self.changes)
-        state = (self.uses_torch, self.module_device_needed, self.first_device_line)
-        removed = set(self._removed)
+        state = (
+            self.uses_torch,
+            self.module_device_needed,
+            self.fresh_device_needed,
+            self.first_device_line,
+        )
         result = super().on_leave(original_node, updated_node)
         if not any(self.protection.turns_off(change) for change in self.changes[count:]):
             return result
         del self.changes[count:]
-        self.uses_torch, self.module_device_needed, self.first_device_line = state
-        self._removed = removed
+        (
+            self.uses_torch,
+            self.module_device_needed,
+            self.fresh_device_needed,
+            self.first_device_line,
+        ) = state
         self._statement_calls.discard(id(original_node))
         return updated_node
 
@@ -546,12 +575,20 @@ class _Rewriter(cst.CSTTransformer):
         scopes = self.device_scopes[:-1] if outer and len(self.device_scopes) > 1 else None
         scopes = scopes if scopes is not None else self.device_scopes
         kind = next((kind for kind in reversed(scopes) if kind), None)
-        if kind is None:
-            self.module_device_needed = True
+        if kind is None and self.fresh_everywhere:
+            kind = "other"
+        if kind is None or kind == "other":
+            if kind is None:
+                self.module_device_needed = True
+            else:
+                self.fresh_device_needed = True
             self.uses_torch = True
             line = self._line(node)
             if self.first_device_line is None or line < self.first_device_line:
                 self.first_device_line = line
+        if kind == "other":
+            name = self.fresh_device
+            return cst.Name(name) if not as_type else cst.parse_expression(f"{name}.type")
         if not as_type:
             return cst.Name("device")
         if kind == "unknown":
@@ -645,89 +682,29 @@ class _Rewriter(cst.CSTTransformer):
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         return False
 
-    def visit_If(self, node: cst.If) -> bool:
-        return not self._is_cuda_check(node.test)
-
-    def visit_IfExp(self, node: cst.IfExp) -> bool:
-        return not self._is_cuda_check(node.test)
-
-    def visit_Assert(self, node: cst.Assert) -> bool:
-        return not self._is_cuda_check(node.test)
-
-    def leave_Assert(
-        self, original_node: cst.Assert, updated_node: cst.Assert
-    ) -> cst.Assert | cst.RemovalSentinel:
-        test = original_node.test
-        if isinstance(test, cst.Call) and self._qualify(test.func) == "torch.cuda.is_available":
-            self._change(
-                original_node,
-                "torch-cuda-call",
-                "removed `assert torch.cuda.is_available()`: the ported script runs anywhere",
-            )
-            self._removed.add(id(original_node))
-        return updated_node
-
-    def removed_statement(self, statement: cst.CSTNode) -> bool:
-        """True when the rewrite removed this whole top-level statement line."""
-        return isinstance(statement, cst.SimpleStatementLine) and all(
-            id(small) in self._removed for small in statement.body
+    def _kept_check(self, test: cst.BaseExpression) -> bool:
+        """A CUDA check to leave as it is: one the audit does not ask to port (it guards
+        CUDA-only code). One whose other branch falls back to the CPU or exits is ported."""
+        if not self._is_cuda_check(test):
+            return False
+        span = self.get_metadata(PositionProvider, test)
+        return not any(
+            line in self.ported_checks for line in range(span.start.line, span.end.line + 1)
         )
 
-    def _drop_removed_lines(
-        self, body: Sequence[cst.BaseStatement]
-    ) -> tuple[list[cst.BaseStatement], list[cst.EmptyLine]]:
-        """The statements left once removed lines are dropped, and the lines (comments, blank
-        lines, the removed line's own comment) still to place after the last statement."""
-        kept: list[cst.BaseStatement] = []
-        pending: list[cst.EmptyLine] = []
-        for statement in body:
-            if id(statement) not in self._removed_lines:
-                if pending:
-                    statement = statement.with_changes(
-                        leading_lines=[*pending, *statement.leading_lines]
-                    )
-                    pending = []
-                kept.append(statement)
-                continue
-            # Forget the id once the line is gone: Python reuses the ids of freed objects.
-            self._removed_lines.discard(id(statement))
-            pending += statement.leading_lines  # type: ignore[attr-defined]
-            comment = statement.trailing_whitespace.comment  # type: ignore[attr-defined]
-            if comment is not None:
-                pending.append(cst.EmptyLine(comment=comment))
-        return kept, pending
+    def visit_If(self, node: cst.If) -> bool:
+        return not self._kept_check(node.test)
 
-    def leave_SimpleStatementSuite(
-        self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
-    ) -> cst.SimpleStatementSuite:
-        """`if x: assert torch.cuda.is_available()` on one line: drop the assert, keep a pass."""
-        removed = [id(small) in self._removed for small in original_node.body]
-        if not any(removed):
-            return updated_node
-        kept = [
-            small
-            for small, is_removed in zip(updated_node.body, removed, strict=True)
-            if not is_removed
-        ] or [cst.Pass()]
-        kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
-        return updated_node.with_changes(body=kept)
+    def visit_IfExp(self, node: cst.IfExp) -> bool:
+        return not self._kept_check(node.test)
 
-    def leave_IndentedBlock(
-        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
-    ) -> cst.IndentedBlock:
-        kept, pending = self._drop_removed_lines(updated_node.body)
-        if len(kept) == len(updated_node.body):
-            return updated_node
-        if not kept:
-            kept = [cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=pending)]
-            pending = []
-        return updated_node.with_changes(body=kept, footer=[*pending, *updated_node.footer])
-
-    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        kept, pending = self._drop_removed_lines(updated_node.body)
-        if len(kept) == len(updated_node.body):
-            return updated_node
-        return updated_node.with_changes(body=kept, footer=[*pending, *updated_node.footer])
+    def visit_Assert(self, node: cst.Assert) -> bool:
+        """`assert torch.cuda.is_available()` is translated like any other use of the name (a
+        script that needs a GPU needs an accelerator); other asserts about CUDA are left."""
+        test = node.test
+        if isinstance(test, cst.Call) and self._qualify(test.func) == "torch.cuda.is_available":
+            return True
+        return not self._is_cuda_check(test)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         string_used = "device" in self.facts.string_used
@@ -770,19 +747,7 @@ class _Rewriter(cst.CSTTransformer):
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
-    ) -> cst.BaseStatement | cst.RemovalSentinel:
-        removed = [id(small) in self._removed for small in original_node.body]
-        if all(removed):
-            self._removed_lines.add(id(updated_node))  # dropped by the enclosing block
-            return updated_node
-        if any(removed):
-            kept = [
-                small
-                for small, is_removed in zip(updated_node.body, removed, strict=True)
-                if not is_removed
-            ]
-            kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
-            return updated_node.with_changes(body=kept)
+    ) -> cst.BaseStatement:
         if len(original_node.body) != 1 or not isinstance(original_node.body[0], cst.Expr):
             return updated_node
         call = original_node.body[0].value
@@ -1232,16 +1197,30 @@ def _left(fixed: str, findings: Sequence[Finding], config: AuditConfig) -> tuple
     )
 
 
+def fresh_device_name(source: str) -> str:
+    """The name rewrites use where a scope binds `device` to another value: `chosen_device`,
+    or with underscores added until `source` does not use it."""
+    name = "chosen_device"
+    while re.search(rf"\b{name}\b", source):
+        name += "_"
+    return name
+
+
 def _rewrite(
     source: str,
     *,
     device_line: str = "auto",
+    fresh_line: str = "auto",
+    fresh_device: str | None = None,
+    fresh_everywhere: bool = False,
     bound_elsewhere: frozenset[str] = frozenset(),
     aliases_elsewhere: dict[str, str] | None = None,
     config: AuditConfig | None = None,
 ) -> FixResult:
     """Rewrite one module (or notebook cell). `device_line`: "auto" adds the device line when
     the rewrites need it, "never" leaves it to another cell, "always" adds it here;
+    `fresh_line` does the same for `fresh_device` (default: `fresh_device_name(source)`),
+    which `fresh_everywhere` uses in every scope that binds no `device` too;
     `bound_elsewhere`: "torch" / "device" when other cells of the notebook bind them."""
     try:
         module = cst.parse_module(source)
@@ -1252,7 +1231,12 @@ def _rewrite(
     except (RecursionError, MemoryError) as error:
         raise FixInputError(f"cannot parse: {type(error).__name__}") from error
     config = config or AuditConfig()
-    if not _may_need_fixing(source, aliases_elsewhere or {}) and device_line != "always":
+    fresh_device = fresh_device or fresh_device_name(source)
+    if (
+        not _may_need_fixing(source, aliases_elsewhere or {})
+        and device_line != "always"
+        and fresh_line != "always"
+    ):
         findings = _audit_with_imports(source, aliases_elsewhere or {})
         return FixResult(original=source, fixed=source, left=_left(source, findings, config))
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
@@ -1261,10 +1245,27 @@ def _rewrite(
     facts.aliases = {**(aliases_elsewhere or {}), **facts.aliases}
     facts.binds_torch = facts.binds_torch or "torch" in bound_elsewhere
     findings = _audit_with_imports(source, facts.aliases)
-    guarded = frozenset(
-        (finding.line, finding.column) for finding in findings if finding.severity == GUARDED
+    guarded = frozenset(  # and the probes that pick float16 off CUDA: a person ports them
+        (finding.line, finding.column)
+        for finding in findings
+        if finding.severity == GUARDED or finding.suggestion == BFLOAT16_OFF_CUDA
     )
-    rewriter = _Rewriter(facts, module, guarded, _protection(source, findings, config))
+    ported_checks = frozenset(  # lines of CUDA checks the audit ports: it judged the other branch
+        finding.line
+        for finding in findings
+        if finding.severity == MUST_CHANGE
+        and finding.rule == "torch-cuda-call"
+        and f"({OFF_CUDA_BRANCH} " in finding.message
+    )
+    rewriter = _Rewriter(
+        facts,
+        module,
+        guarded,
+        _protection(source, findings, config),
+        ported_checks,
+        fresh_device,
+        fresh_everywhere,
+    )
     if "device" in bound_elsewhere and rewriter.device_scopes[0] is None:
         rewriter.device_scopes[0] = "device"
     fixed = wrapper.visit(rewriter)
@@ -1275,13 +1276,34 @@ def _rewrite(
     wants_line = device_line == "always" or (
         device_line == "auto" and rewriter.module_device_needed
     )
-    if device_line == "always":
+    wants_fresh = fresh_line == "always" or (fresh_line == "auto" and rewriter.fresh_device_needed)
+    if (
+        wants_line
+        and wants_fresh
+        and "auto" == device_line == fresh_line
+        and not _binds_device(module.body)
+    ):
+        # Two device lines with one value: name the fresh one everywhere instead.
+        return _rewrite(
+            source,
+            device_line="never",
+            fresh_line="auto",
+            fresh_device=fresh_device,
+            fresh_everywhere=True,
+            bound_elsewhere=bound_elsewhere,
+            aliases_elsewhere=aliases_elsewhere,
+            config=config,
+        )
+    if "always" in (device_line, fresh_line):
         rewriter.uses_torch = True
-    if wants_line and not _binds_device(module.body):
+    lines_to_add = [DEVICE_LINE] if wants_line and not _binds_device(module.body) else []
+    if wants_fresh:
+        lines_to_add.append(DEVICE_LINE.replace("device", fresh_device, 1))
+    for text in lines_to_add:
         index = _insertion_index(
             module, rewriter.first_device_line, lambda statement: positions[statement]
         )
-        line = cst.parse_statement(DEVICE_LINE + "\n")
+        line = cst.parse_statement(text + "\n")
         additions.setdefault(index, []).append(line.with_changes(leading_lines=[cst.EmptyLine()]))
     if rewriter.uses_torch and not facts.binds_torch:
         # Before the first import (after `from __future__`), where isort would put it.
@@ -1304,7 +1326,7 @@ def _rewrite(
             after = positions[body[position - 1]].end.line + 1 if position else 1
             code = module.code_for_node(added).strip()
             rewriter.changes.append(Change(after, "cuda-device-string", f"added `{code}`"))
-        if statement is not None and not rewriter.removed_statement(statement):
+        if statement is not None:
             kept_statement = next(kept)
             if position in additions and position == first_import_index:
                 # The added `import torch` takes the blank lines above the first import.
@@ -1320,6 +1342,7 @@ def _rewrite(
         findings = _audit_with_imports(fixed_text, facts.aliases)
     return FixResult(
         needs_device_line=rewriter.module_device_needed and not wants_line,
+        needs_fresh_device_line=rewriter.fresh_device_needed and not wants_fresh,
         original=source,
         fixed=fixed_text,
         changes=tuple(sorted(rewriter.changes, key=lambda change: change.line)),
@@ -1460,17 +1483,30 @@ def fix_notebook(
         aliases.update(facts.aliases)
         bound |= {"torch"} if facts.binds_torch else set()
         bound |= {"device"} if _binds_device(module.body) else set()
-    results = {
-        number: _rewrite(
-            source,
-            device_line="never",
-            bound_elsewhere=frozenset(bound),
-            aliases_elsewhere=aliases,
-            config=config,
-        )
-        for number, (source, _, _) in modules.items()
-    }
-    if any(result.needs_device_line for result in results.values()):
+    fresh_device = fresh_device_name("\n".join(source for source, _, _ in modules.values()))
+
+    def rewrite_cells(fresh_everywhere: bool) -> dict[int, FixResult]:
+        return {
+            number: _rewrite(
+                source,
+                device_line="never",
+                fresh_line="never",
+                fresh_device=fresh_device,
+                fresh_everywhere=fresh_everywhere,
+                bound_elsewhere=frozenset(bound),
+                aliases_elsewhere=aliases,
+                config=config,
+            )
+            for number, (source, _, _) in modules.items()
+        }
+
+    results = rewrite_cells(fresh_everywhere=False)
+    needs_device = any(result.needs_device_line for result in results.values())
+    needs_fresh = any(result.needs_fresh_device_line for result in results.values())
+    if needs_device and needs_fresh:  # one device line, with the fresh name, for all cells
+        results = rewrite_cells(fresh_everywhere=True)
+        needs_device = False
+    if needs_device or needs_fresh:
         target = next(
             (number for number, (_, _, facts) in modules.items() if facts.binds_torch),
             next(iter(modules)),
@@ -1478,7 +1514,9 @@ def fix_notebook(
         first = results[target]
         second = _rewrite(
             first.fixed,
-            device_line="always",
+            device_line="always" if needs_device else "never",
+            fresh_line="always" if needs_fresh else "never",
+            fresh_device=fresh_device,
             bound_elsewhere=frozenset(bound - {"device"}),
             aliases_elsewhere=aliases,
             config=config,
