@@ -104,8 +104,17 @@ unit: venv
 # every possible CPU. The passes run one after the other, also under `make -j`.
 # `make nbval-native` or `make nbval-portable` runs one pass.
 PORTABLE_KERNELS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
-NBVAL_RUN := $(NO_NETWORK) $(PY) -m pytest -n 2 --dist loadfile -p no:randomly $(NBVAL_FLAGS) \
-	$(or $(NB),notebooks)
+#
+# Two notebooks run at once, except those that start ranks (`run_workers`, 2 to 4 processes
+# each): they run one at a time afterwards, each with both cores, as on a reader's 2-core
+# machine. Side by side with another notebook, a notebook's ranks share one core and take
+# about twice as long as a reader's run (chapter 7: 33 s alone, 60 s next to chapter 11).
+RANK_NOTEBOOKS := $(shell grep -l "run_workers" notebooks/*.ipynb)
+NBVAL_PYTEST := $(NO_NETWORK) $(PY) -m pytest -p no:randomly $(NBVAL_FLAGS)
+# $(call nbval_run,ENVIRONMENT): every notebook (or NB's, two at a time) under ENVIRONMENT.
+nbval_run = $(1) $(NBVAL_PYTEST) -n 2 --dist loadfile \
+	$(or $(NB),$(addprefix --ignore=,$(RANK_NOTEBOOKS)) notebooks) \
+	$(if $(NB),,&& $(1) $(NBVAL_PYTEST) $(RANK_NOTEBOOKS))
 
 nbval: venv
 	$(MAKE) --no-print-directory nbval-native
@@ -113,11 +122,11 @@ nbval: venv
 
 nbval-native: venv
 	@echo "nbval, pass 1 of 2: this CPU's native kernels ($$($(PY) -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'))"
-	$(NOTEBOOK_ENV) $(NBVAL_RUN)
+	$(call nbval_run,$(NOTEBOOK_ENV))
 
 nbval-portable: venv
 	@echo "nbval, pass 2 of 2: portable kernels ($(PORTABLE_KERNELS))"
-	$(NOTEBOOK_ENV) $(PORTABLE_KERNELS) $(NBVAL_RUN)
+	$(call nbval_run,$(NOTEBOOK_ENV) $(PORTABLE_KERNELS))
 
 # The browser checks: the built site (tests/test_site.py) and Jupyter Lab (tests/test_lab.py).
 site: venv chromium

@@ -45,6 +45,7 @@ RULE_FIXTURES = {
     "cuda-profiler-activity": ("issue9/ties_pin_profiler.py", ""),
     "cuda-tensor-type": ("issue9/ties_tensor_types.py", "device"),
     "cuda-env-var": ("issue9/ties_environment.py", "per process"),
+    "cuda-test-fallback": ("issue9/guards_by_other_branch.py", 'device.type != "cpu"'),
 }
 
 

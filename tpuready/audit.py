@@ -607,6 +607,13 @@ _FLOAT16_NAMES = frozenset({"torch.float16", "torch.half"})
 # Marks the message of a CUDA check the audit ports because of what its other branch does;
 # `--fix` rewrites those checks (tpuready.fix reads the mark from here).
 OFF_CUDA_BRANCH = "the branch taken off CUDA"
+# Devices a decision in that branch may name: a TPU (then the code handles it) or another one,
+# whose branch a TPU does not take.
+_TPU_DEVICE_TYPES = frozenset({"tpu", "xla"})
+_OTHER_DEVICE_TYPES = frozenset({"cpu", "mps", "xpu", "hpu", "mtia", "meta"})
+_OTHER_DEVICE_PROBES = frozenset(
+    {"torch.backends.mps.is_available", "torch.mps.is_available", "torch.xpu.is_available"}
+)
 # The advice for a CUDA probe whose other branch picks float16: on a TPU it would pick float16
 # too. `--fix` leaves the probes that get this advice (tpuready.fix reads it from here).
 BFLOAT16_OFF_CUDA = (
@@ -858,29 +865,63 @@ class _Auditor:
         other = node.orelse if polarity else node.body
         if polarity and isinstance(node, ast.If) and not other:
             other = self.facts.after_if(node)
-        roots = other if isinstance(other, list) else [other]
-        for root in roots:
-            for inner in ast.walk(root):  # an `elif` chain too: a TPU falls through all of it
-                if _string_value(inner) == "cpu" or (
-                    isinstance(inner, ast.Attribute) and inner.attr == "cpu"
-                ):
+        pending = list(other) if isinstance(other, list) else [other]
+        while pending:
+            inner = pending.pop(0)
+            if isinstance(inner, ast.If | ast.IfExp):  # an `elif` chain, or a decision after
+                taken = self._tpu_takes(inner.test)
+                if taken == "handled":
+                    return None  # the code names the TPU: it handles it, whatever it does
+                parts = [inner.body, inner.orelse] if taken is None else [getattr(inner, taken)]
+                for part in parts:
+                    pending.extend(part if isinstance(part, list) else [part])
+                continue
+            if _string_value(inner) == "cpu" or (
+                isinstance(inner, ast.Attribute) and inner.attr == "cpu"
+            ):
+                return 0
+            if isinstance(inner, ast.Name | ast.Attribute):
+                name = self.qualify(inner)
+                if name in _CPU_TENSOR_TYPES:
                     return 0
-                if isinstance(inner, ast.Name | ast.Attribute):
-                    name = self.qualify(inner)
-                    if name in _CPU_TENSOR_TYPES:
-                        return 0
-                    if name in _FLOAT16_NAMES:
-                        return 2
-                if isinstance(inner, ast.Raise) or (
-                    isinstance(inner, ast.Call)
-                    and (
-                        self.qualify(inner.func) in _EXIT_CALLS
-                        or (isinstance(inner.func, ast.Name) and inner.func.id in _EXIT_CALLS)
-                    )
-                ):
-                    return 1
-                if _string_value(inner) in {"float16", "fp16", "half"}:
+                if name in _FLOAT16_NAMES:
                     return 2
+            if isinstance(inner, ast.Raise) or (
+                isinstance(inner, ast.Call)
+                and (
+                    self.qualify(inner.func) in _EXIT_CALLS
+                    or (isinstance(inner.func, ast.Name) and inner.func.id in _EXIT_CALLS)
+                )
+            ):
+                return 1
+            if _string_value(inner) in {"float16", "fp16", "half"}:
+                return 2
+            pending.extend(ast.iter_child_nodes(inner))
+        return None
+
+    def _tpu_takes(self, test: ast.AST) -> str | None:
+        """Which branch of a decision a TPU takes: "body" or "orelse" for a test about another
+        device (`device.type == "cpu"`, `torch.backends.mps.is_available()`), "handled" for a
+        test that names the TPU (the code handles it), None when the test says nothing."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = self._tpu_takes(test.operand)
+            return {"body": "orelse", "orelse": "body"}.get(inner or "", inner)
+        for node in ast.walk(test):
+            text = _string_value(node)
+            if text is not None and text.split(":")[0] in _TPU_DEVICE_TYPES:
+                return "handled"
+        if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            for side in (test.left, test.comparators[0]):
+                if (_string_value(side) or "").split(":")[0] in _OTHER_DEVICE_TYPES:
+                    if isinstance(test.ops[0], ast.Eq | ast.In | ast.Is):
+                        return "orelse"
+                    if isinstance(test.ops[0], ast.NotEq | ast.NotIn | ast.IsNot):
+                        return "body"
+        probe = test.func if isinstance(test, ast.Call) else test
+        if isinstance(probe, ast.Name | ast.Attribute) and self.qualify(probe) in (
+            _OTHER_DEVICE_PROBES
+        ):
+            return "orelse"
         return None
 
     # -- reporting ------------------------------------------------------------------------
@@ -1127,6 +1168,36 @@ def _check_profiler_activity(audit: _Auditor, node: ast.Name | ast.Attribute) ->
     name = audit.current_name
     if name is not None and name.endswith("ProfilerActivity.CUDA"):
         audit.report("cuda-profiler-activity", node, f"`{name}` profiles CUDA kernels only")
+
+
+def _check_cuda_test_fallback(audit: _Auditor, node: ast.If | ast.IfExp) -> None:
+    """A CUDA check with no `torch.cuda` name in it (`x.is_cuda`, `device.type == "cuda"`,
+    `torch.version.cuda`) whose other branch falls back to the CPU, exits or picks float16: a
+    TPU takes that branch. (A `torch.cuda` probe gets the same mark from `torch-cuda-call`.)"""
+    polarity = audit.is_cuda_test(node.test)
+    if polarity is None:
+        return
+    for inner in ast.walk(node.test):
+        if isinstance(inner, ast.Name | ast.Attribute):
+            name = audit.qualify(inner) or ""
+            if name == "torch.cuda" or name.startswith("torch.cuda."):
+                return
+    chosen = node.body if polarity else node.orelse
+    statements = chosen if isinstance(chosen, list) else [chosen]
+    if any(  # a device choice (`"cuda" if use_cuda else "cpu"`) is reported as the choice
+        _device_choice(statement.value if isinstance(statement, ast.Assign) else statement)
+        for statement in statements
+        if isinstance(statement, ast.Assign | ast.expr)
+    ):
+        return
+    fallback = audit.fallback_of(node, polarity)
+    if fallback is None:
+        return
+    audit.report(
+        "cuda-test-fallback",
+        node.test,
+        f"`{_shown(node.test)}` sends a TPU down {OFF_CUDA_BRANCH}, which {_FALLBACKS[fallback]}",
+    )
 
 
 def _check_torch_cuda(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:
@@ -1598,6 +1669,16 @@ RULE_TABLE: tuple[Rule, ...] = (
         _NAMES,
         _check_torch_cuda,
         "torch.accelerator",
+    ),
+    Rule(
+        "cuda-test-fallback",
+        MUST_CHANGE,
+        'a CUDA check without a `torch.cuda` name (`x.is_cuda`, `device.type == "cuda"`, '
+        "a `use_cuda` flag) whose other branch falls back to the CPU, exits or picks float16",
+        (ast.If, ast.IfExp),
+        _check_cuda_test_fallback,
+        'ask for any accelerator: `x.device.type != "cpu"` for a tensor, `device.type != '
+        '"cpu"` for a device, torch.accelerator.is_available() for a flag',
     ),
     Rule(
         "cudnn-setting",
