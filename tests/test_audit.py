@@ -46,6 +46,7 @@ RULE_FIXTURES = {
     "cuda-tensor-type": ("issue9/ties_tensor_types.py", "device"),
     "cuda-env-var": ("issue9/ties_environment.py", "per process"),
     "cuda-test-fallback": ("issue9/guards_by_other_branch.py", 'device.type != "cpu"'),
+    "compile-mode": ("issue9/real_world_ties.py", 'if device.type == "cuda" else None'),
 }
 
 

@@ -809,10 +809,26 @@ def test_the_fixer_obeys_the_config_and_ignore_comments(tmp_path: Path) -> None:
 
 
 def test_code_the_audit_calls_guarded_is_left_by_the_fixer() -> None:
-    source = "import torch\nif args.cuda:\n    model.cuda()\nx = y.cuda() if args.cuda else y\n"
+    source = (
+        "import torch\nif args.cuda:\n    torch.cuda.synchronize()\n"
+        "used = torch.cuda.memory_allocated() if args.cuda else 0\n"
+    )
     assert {f.severity for f in audit.audit_code(source)} == {audit.GUARDED}
     result = fix.fix_source(source)
     assert (result.fixed, result.changes, result.left) == (source, (), ())
+
+
+def test_a_cuda_branch_that_alone_moves_the_work_is_ported_not_kept() -> None:
+    source = "import torch\nif args.cuda:\n    model.cuda()\nx = y.cuda() if args.cuda else y\n"
+    findings = audit.audit_code(source)
+    assert {f.severity for f in findings} == {audit.MUST_CHANGE}
+    assert {f.line for f in findings if f.rule == "cuda-test-fallback"} == {2, 4}
+    result = fix.fix_source(source)
+    assert "model.to(device)" in result.fixed and "y.to(device) if args.cuda" in result.fixed
+    assert [(left.line, left.rule) for left in result.left] == [
+        (7, "cuda-test-fallback"),  # after the device line the fixer adds (lines 3-6)
+        (9, "cuda-test-fallback"),
+    ]
 
 
 def test_a_diff_marks_a_last_line_without_a_newline_as_diff_does() -> None:

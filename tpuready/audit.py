@@ -219,7 +219,7 @@ _EXTRA_EQUIVALENTS: Mapping[str, str] = MappingProxyType(
 )
 _CUDA_TENSOR_TYPE = re.compile(r"torch\.cuda\.\w*Tensor")
 _BACKEND_CALLS = frozenset({"init_process_group", "new_group"})
-_DDP_NAMES = frozenset({"DistributedDataParallel", "DDP"})
+_DDP_NAMES = frozenset({"DistributedDataParallel", "DDP", "DataParallel"})
 _ENVIRON_CALLS = frozenset(
     {"os.environ.get", "os.environ.setdefault", "os.environ.pop", "os.getenv", "os.putenv"}
 )
@@ -234,6 +234,7 @@ _TRIGGER_WORDS = (
     "float64",
     "inference_mode",
     "device_ids",
+    "compile",
 )
 
 PathArgument = str | os.PathLike[str]
@@ -595,6 +596,7 @@ _FALLBACKS = (
     "falls back to the CPU",
     "stops the program",
     "picks float16",
+    "leaves the work on the CPU",  # the CUDA branch moves it (`.cuda()`, DDP); this one not
 )
 _CPU_TENSOR_TYPES = frozenset(
     f"torch.{kind}Tensor"
@@ -621,6 +623,29 @@ BFLOAT16_OFF_CUDA = (
     "torch.cuda.is_bf16_supported()` (TPUs and CPUs compute in bfloat16; only a GPU older "
     "than Ampere needs the float16 branch)"
 )
+
+
+def _places_work(node: ast.AST, *, on_cuda: bool) -> bool:
+    """Whether `node` moves work to a device: `.cuda()`, a DDP or DataParallel wrapper,
+    `set_device`, and `.to(...)` (with `on_cuda`, only `.to("cuda...")` or `.to(<a name
+    with device in it>)`: a CUDA branch moving to `device` leaves a TPU on the CPU too)."""
+    if not isinstance(node, ast.Call):
+        return False
+    last = _last_name(node.func)
+    is_method = isinstance(node.func, ast.Attribute)
+    if (is_method and last == "cuda") or last in _DDP_NAMES or (on_cuda and last == "set_device"):
+        return True
+    return (
+        is_method
+        and last == "to"
+        and (
+            not on_cuda
+            or any(
+                _is_cuda_device_text(value) or "device" in _last_name(value).lower()
+                for value in node.args
+            )
+        )
+    )
 
 
 def _fallback_flags(fallback: int | None) -> int:
@@ -865,17 +890,10 @@ class _Auditor:
         other = node.orelse if polarity else node.body
         if polarity and isinstance(node, ast.If) and not other:
             other = self.facts.after_if(node)
-        pending = list(other) if isinstance(other, list) else [other]
-        while pending:
-            inner = pending.pop(0)
-            if isinstance(inner, ast.If | ast.IfExp):  # an `elif` chain, or a decision after
-                taken = self._tpu_takes(inner.test)
-                if taken == "handled":
-                    return None  # the code names the TPU: it handles it, whatever it does
-                parts = [inner.body, inner.orelse] if taken is None else [getattr(inner, taken)]
-                for part in parts:
-                    pending.extend(part if isinstance(part, list) else [part])
-                continue
+        reachable = self._reachable_off_cuda(other)
+        if reachable is None:
+            return None  # the code names the TPU: it handles it, whatever it does
+        for inner in reachable:
             if _string_value(inner) == "cpu" or (
                 isinstance(inner, ast.Attribute) and inner.attr == "cpu"
             ):
@@ -896,8 +914,37 @@ class _Auditor:
                 return 1
             if _string_value(inner) in {"float16", "fp16", "half"}:
                 return 2
-            pending.extend(ast.iter_child_nodes(inner))
+        cuda_branch = node.body if polarity else node.orelse
+        cuda_nodes = [
+            inner
+            for root in (cuda_branch if isinstance(cuda_branch, list) else [cuda_branch])
+            for inner in ast.walk(root)
+        ]
+        if any(_places_work(inner, on_cuda=True) for inner in cuda_nodes) and not any(
+            _places_work(inner, on_cuda=False) for inner in reachable
+        ):
+            return 3  # `if torch.cuda.is_available(): model.cuda()`: a TPU keeps the CPU
         return None
+
+    def _reachable_off_cuda(self, branch: ast.AST | list[ast.stmt]) -> list[ast.AST] | None:
+        """Every node of `branch` a TPU may reach: an `elif` chain or a later decision is
+        followed into the branch a TPU takes (`_tpu_takes`), its test left out; None when a
+        decision names the TPU."""
+        reachable: list[ast.AST] = []
+        pending = list(branch) if isinstance(branch, list) else [branch]
+        while pending:
+            inner = pending.pop(0)
+            if isinstance(inner, ast.If | ast.IfExp):
+                taken = self._tpu_takes(inner.test)
+                if taken == "handled":
+                    return None
+                parts = [inner.body, inner.orelse] if taken is None else [getattr(inner, taken)]
+                for part in parts:
+                    pending.extend(part if isinstance(part, list) else [part])
+                continue
+            reachable.append(inner)
+            pending.extend(ast.iter_child_nodes(inner))
+        return reachable
 
     def _tpu_takes(self, test: ast.AST) -> str | None:
         """Which branch of a decision a TPU takes: "body" or "orelse" for a test about another
@@ -1293,6 +1340,20 @@ def _setting_suggestion(setting: str, value: ast.AST | None) -> str:
     return f"remove it, {_GUARD_ADVICE}"
 
 
+# `torch.backends.cuda` calls that only choose among CUDA kernels: nothing to lose elsewhere.
+_CUDA_KERNEL_CHOICES = frozenset(
+    {
+        "sdp_kernel",
+        "enable_flash_sdp",
+        "enable_mem_efficient_sdp",
+        "enable_math_sdp",
+        "enable_cudnn_sdp",
+        "preferred_linalg_library",
+        "preferred_blas_library",
+    }
+)
+
+
 def _harmless_off_cuda(setting: str, value: ast.AST) -> bool:
     """Whether `torch.backends.cudnn/cuda.<setting> = value` loses nothing the script asked for
     on a TPU: the flag is only read by CUDA kernels, and a TPU already does what it asks (speed
@@ -1330,7 +1391,17 @@ def _check_backend_setting(
                 )
         return
     name = audit.current_name
-    if name is not None and name.startswith(prefix) and name not in _CUDA_PROBES:
+    if name is not None and name.removeprefix(prefix) in _CUDA_KERNEL_CHOICES:
+        audit.report(
+            rule,
+            node,
+            f"`{name}` picks among CUDA's own kernels (off CUDA it does nothing and loses "
+            "nothing asked for: a note)",
+            "keep it: a TPU has no such kernels to choose; for attention, "
+            "torch.nn.attention.sdpa_kernel is the spelling every backend reads",
+            severity=NOTE,
+        )
+    elif name is not None and name.startswith(prefix) and name not in _CUDA_PROBES:
         audit.report(
             rule, node, f"`{name}` {what}", _setting_suggestion(name.removeprefix(prefix), None)
         )
@@ -1399,12 +1470,21 @@ def _check_device_string(audit: _Auditor, node: ast.AST) -> None:
 def _check_pin_memory(audit: _Auditor, call: ast.Call) -> None:
     for keyword in call.keywords:
         if keyword.arg == "pin_memory" and _is_true(keyword.value):
-            audit.report(
-                "pin-memory",
-                keyword,
-                "pin_memory=True pins host memory even with no accelerator to copy to "
-                "(PyTorch warns on a CPU-only machine)",
-            )
+            if _last_name(call.func).endswith("DataLoader"):
+                audit.report(
+                    "pin-memory",
+                    keyword,
+                    "a DataLoader's pin_memory=True pins for the current accelerator (a TPU "
+                    "too); on a machine with none it pins nothing and warns: a note",
+                    severity=NOTE,
+                )
+            else:
+                audit.report(
+                    "pin-memory",
+                    keyword,
+                    "pin_memory=True allocates pinned memory, which raises on a machine with "
+                    "no accelerator",
+                )
     if isinstance(call.func, ast.Attribute) and call.func.attr == "pin_memory" and not call.args:
         audit.report(
             "pin-memory",
@@ -1414,6 +1494,32 @@ def _check_pin_memory(audit: _Auditor, call: ast.Call) -> None:
             "call it only when torch.accelerator.is_available()",
             at_attribute=True,
         )
+
+
+def _check_compile_mode(audit: _Auditor, call: ast.Call) -> None:
+    """`torch.compile(..., mode=...)` or `module.compile(mode=...)`: TorchTPU 0.2.0 takes only
+    its own backend options and raises TypeError on `mode=`."""
+    is_compile = audit.qualify(call.func) == "torch.compile" or (
+        isinstance(call.func, ast.Attribute) and call.func.attr == "compile"
+    )
+    if not is_compile:
+        return
+    for keyword in call.keywords:
+        if keyword.arg == "mode" and not (
+            isinstance(keyword.value, ast.Constant) and keyword.value.value is None
+        ):
+            mode = _string_value(keyword.value)
+            why = {
+                "reduce-overhead": " (it asks for CUDA graphs)",
+                "max-autotune": " (it asks for Triton autotuning and CUDA graphs)",
+                "max-autotune-no-cudagraphs": " (it asks for Triton autotuning)",
+            }.get(mode or "", "")
+            audit.report(
+                "compile-mode",
+                keyword,
+                f"`mode={_shown(keyword.value, 30)}`{why}: TorchTPU 0.2.0 raises TypeError on "
+                "any `mode=`",
+            )
 
 
 def _check_integer_device(audit: _Auditor, call: ast.Call) -> None:
@@ -1445,11 +1551,14 @@ def _check_integer_device(audit: _Auditor, call: ast.Call) -> None:
 def _check_set_device(audit: _Auditor, call: ast.Call) -> None:
     if _last_name(call.func) not in {"set_device", "set_device_index"}:
         return
-    if audit.qualify(call.func) in {
+    qualified = audit.qualify(call.func) or ""
+    if qualified in {
         "torch.accelerator.set_device_index",
         "torch.accelerator.set_device_idx",
     }:
         return  # the portable call this rule recommends
+    if qualified.startswith("torch.") and not qualified.startswith("torch.cuda."):
+        return  # another vendor's device (`torch.mlu.set_device`, `torch.xpu.set_device`)
     arguments = call.args[:1] + [kw.value for kw in call.keywords if kw.arg == "device"]
     if not arguments or isinstance(arguments[0], ast.Starred):
         return
@@ -1468,9 +1577,35 @@ def _check_set_device(audit: _Auditor, call: ast.Call) -> None:
 
 
 def _check_process_group_backend(audit: _Auditor, node: ast.AST) -> None:
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        # `def init_dist(launcher, backend="nccl")`: the default every caller gets.
+        arguments = node.args
+        positional = [*arguments.posonlyargs, *arguments.args]
+        pairs = [
+            *zip(
+                positional[len(positional) - len(arguments.defaults) :],
+                arguments.defaults,
+                strict=True,
+            ),
+            *zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True),
+        ]
+        for argument, default in pairs:
+            if default is not None and "backend" in argument.arg and _is_nccl(default):
+                audit.report(
+                    "nccl-backend",
+                    default,
+                    f"the default {argument.arg}={_shown(default)} is a backend for CUDA GPUs only",
+                    f"{argument.arg}=None, passed on as init_process_group(backend=...): "
+                    "PyTorch then picks one per device type",
+                )
+        return
     if isinstance(node, ast.Assign):
         names = {target.id for target in node.targets if isinstance(target, ast.Name)}
-        if names & audit.facts.backend_names and _is_nccl(node.value):
+        names_a_backend = any(  # `args.dist_backend = "nccl"`, `self.backend = "nccl"`
+            isinstance(target, ast.Attribute) and "backend" in target.attr
+            for target in node.targets
+        )
+        if (names & audit.facts.backend_names or names_a_backend) and _is_nccl(node.value):
             audit.report(
                 "nccl-backend",
                 node.value,
@@ -1510,10 +1645,20 @@ def _check_ddp_device_ids(audit: _Auditor, call: ast.Call) -> None:
         if keyword.arg in {"device_ids", "output_device"} and not (
             isinstance(keyword.value, ast.Constant) and keyword.value.value is None
         ):
+            single_process = _last_name(call.func) == "DataParallel"
             audit.report(
                 "ddp-device-ids",
                 keyword,
-                f"`{keyword.arg}={_shown(keyword.value, 30)}` names CUDA GPUs by index",
+                f"`{keyword.arg}={_shown(keyword.value, 30)}` names CUDA GPUs by index"
+                + (
+                    " for DataParallel, which splits a batch over GPUs in one process"
+                    if single_process
+                    else ""
+                ),
+                "DistributedDataParallel with one process per device and no device_ids "
+                "(TorchTPU gives each process one device)"
+                if single_process
+                else None,
             )
 
 
@@ -1719,7 +1864,8 @@ RULE_TABLE: tuple[Rule, ...] = (
     Rule(
         "pin-memory",
         MUST_CHANGE,
-        "`pin_memory=True` written unconditionally, or `.pin_memory()` called directly",
+        "`pin_memory=True` written unconditionally (in a DataLoader a note: it pins for any "
+        "accelerator), or `.pin_memory()` called directly",
         (ast.Call,),
         _check_pin_memory,
         "pin_memory=torch.accelerator.is_available()",
@@ -1735,9 +1881,9 @@ RULE_TABLE: tuple[Rule, ...] = (
     Rule(
         "nccl-backend",
         MUST_CHANGE,
-        '`init_process_group("nccl")` / `backend="nccl"`, also through a variable or an '
-        "argparse default",
-        (ast.Call, ast.Assign),
+        '`init_process_group("nccl")` / `backend="nccl"`, also through a variable, an '
+        "attribute (`args.dist_backend`), a parameter default or an argparse default",
+        (ast.Call, ast.Assign, *_FUNCTIONS),
         _check_process_group_backend,
         "dist.init_process_group() with no backend: PyTorch picks the one backend of the "
         "machine's accelerator (gloo with none, nccl on CUDA, tpu_dist on TorchTPU); "
@@ -1746,7 +1892,8 @@ RULE_TABLE: tuple[Rule, ...] = (
     Rule(
         "ddp-device-ids",
         MUST_CHANGE,
-        "`DistributedDataParallel(..., device_ids=[local_rank])` (or `output_device=`)",
+        "`DistributedDataParallel(..., device_ids=[local_rank])` (or `output_device=`), and "
+        "`DataParallel(..., device_ids=...)`",
         (ast.Call,),
         _check_ddp_device_ids,
         "leave device_ids and output_device out: for a module on one device DDP uses the "
@@ -1771,6 +1918,15 @@ RULE_TABLE: tuple[Rule, ...] = (
         "torch.float32 (bfloat16 only where precision allows, never for counts or sums: "
         "12345 becomes 12352; counts summed across ranks go in int64); keep float64 for checks "
         "on the CPU",
+    ),
+    Rule(
+        "compile-mode",
+        MUST_CHANGE,
+        "`torch.compile(..., mode=...)` (`reduce-overhead`, `max-autotune`: CUDA graphs and "
+        "Triton), which TorchTPU 0.2.0 refuses",
+        (ast.Call,),
+        _check_compile_mode,
+        'mode="reduce-overhead" if device.type == "cuda" else None (TorchTPU takes no mode=)',
     ),
     Rule(
         "inference-mode",

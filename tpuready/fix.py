@@ -499,6 +499,10 @@ class _Rewriter(cst.CSTTransformer):
         self._statement_calls: set[int] = set()
         self._statement_of: dict[int, cst.Call] = {}
         self._set_device_index: dict[int, cst.BaseExpression | None] = {}
+        # Bodies of the `if torch.cuda.is_available():` checks the fixer ports, and how many
+        # of them enclose the current node: no second accelerator check inside one.
+        self._accelerator_bodies: set[int] = set()
+        self._accelerator_depth = 0
 
     # -- lines the fixer must not change -------------------------------------------------
 
@@ -693,7 +697,23 @@ class _Rewriter(cst.CSTTransformer):
         )
 
     def visit_If(self, node: cst.If) -> bool:
-        return not self._kept_check(node.test)
+        if self._kept_check(node.test):
+            return False
+        test = node.test
+        if isinstance(test, cst.Call) and self._qualify(test.func) == "torch.cuda.is_available":
+            self._accelerator_bodies.add(id(node.body))  # becomes `if accelerator.is_available()`
+        return True
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        if id(node) in self._accelerator_bodies:
+            self._accelerator_depth += 1
+
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        if id(original_node) in self._accelerator_bodies:
+            self._accelerator_depth -= 1
+        return updated_node
 
     def visit_IfExp(self, node: cst.IfExp) -> bool:
         return not self._kept_check(node.test)
@@ -753,6 +773,8 @@ class _Rewriter(cst.CSTTransformer):
         call = original_node.body[0].value
         if not (isinstance(call, cst.Call) and id(call.func) in self._statement_calls):
             return updated_node
+        if self._accelerator_depth:
+            return updated_node  # already under `if torch.accelerator.is_available():`
         inner = updated_node.with_changes(leading_lines=())
         return cst.If(
             test=self._torch(_ACCELERATOR_GUARD),
