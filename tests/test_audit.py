@@ -47,6 +47,7 @@ RULE_FIXTURES = {
     "cuda-env-var": ("issue9/ties_environment.py", "per process"),
     "cuda-test-fallback": ("issue9/guards_by_other_branch.py", 'device.type != "cpu"'),
     "compile-mode": ("issue9/real_world_ties.py", 'if device.type == "cuda" else None'),
+    "device-module-call": ("issue9/real_world_ties.py", "torch.accelerator."),
 }
 
 
@@ -252,7 +253,6 @@ def test_a_broken_cell_is_reported_and_later_cells_are_still_scanned(tmp_path: P
 
 
 def test_a_syntax_error_in_one_file_does_not_stop_the_scan(tmp_path: Path) -> None:
-    # A file without any trigger word is not even parsed (the pre-filter), so this one has one.
     (tmp_path / "a_broken.py").write_text("import torch\ndef broken(:\n    x.cuda()\n")
     (tmp_path / "b_working.py").write_text("import torch\nx = torch.ones(2).cuda()\n")
     findings = audit.audit_source(tmp_path)
@@ -265,6 +265,13 @@ def test_a_syntax_error_in_one_file_does_not_stop_the_scan(tmp_path: Path) -> No
     assert result.returncode == 1
     assert "a_broken.py:2  syntax-error: could not parse" in result.stdout
     assert "b_working.py:2  cuda-method" in result.stdout
+
+
+def test_a_file_that_does_not_parse_is_reported_even_with_no_cuda_word(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text("def total(values:\n    return sum(values)\n")
+    (finding,) = audit.audit_source(tmp_path)
+    assert (finding.rule, finding.line, finding.severity) == ("syntax-error", 1, "must-change")
+    assert run_cli("audit-source", str(tmp_path)).returncode == 1
 
 
 def test_folders_are_searched_recursively_skipping_tool_and_hidden_folders(tmp_path: Path) -> None:
@@ -490,7 +497,8 @@ SNIPPETS = [
     ("loader = DataLoader(data, pin_memory=True)", ["pin-memory"]),
     ("model.to(local_rank)", ["to-int-device"]),
     ("torch.cuda.set_device(rank)", ["set-device-index"]),
-    ("torch.accelerator.set_device_index(rank)", []),
+    ("torch.accelerator.set_device_index(rank)", ["set-device-index"]),
+    ("torch.accelerator.set_device_index(index)", []),
     ("ddp = DistributedDataParallel(model, device_ids=[local_rank])", ["ddp-device-ids"]),
     ('os.environ["CUDA_VISIBLE_DEVICES"] = "0"', ["cuda-env-var"]),
     ('dist.init_process_group("nccl")', ["nccl-backend"]),
@@ -531,4 +539,4 @@ def test_a_large_file_gets_every_finding() -> None:
         for n in range(300)
     )
     findings = audit.audit_code(source)
-    assert len(findings) == 300 * sum(len(rules) for _, rules in SNIPPETS) == 300 * 13
+    assert len(findings) == 300 * sum(len(rules) for _, rules in SNIPPETS) == 300 * 14

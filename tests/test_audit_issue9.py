@@ -172,7 +172,15 @@ def test_graphs_and_streams_have_portable_spellings() -> None:
 
 
 def test_the_recommended_call_is_never_flagged() -> None:
-    assert audit.audit_code("import torch\ntorch.accelerator.set_device_index(rank)\n") == []
+    recipe = "index = rank if torch.accelerator.device_count() > 1 else 0\n"
+    source = f"import torch\n{recipe}torch.accelerator.set_device_index(index)\n"
+    assert audit.audit_code(source) == []
+
+
+def test_the_portable_call_with_a_ranks_own_index_gets_the_recipe() -> None:
+    (finding,) = audit.audit_code("import torch\ntorch.accelerator.set_device_index(rank)\n")
+    assert finding.rule == "set-device-index"
+    assert finding.suggestion.startswith("index = rank if torch.accelerator.device_count() > 1")
 
 
 def test_inference_mode_is_a_note_where_nothing_compiles() -> None:
@@ -201,8 +209,9 @@ def test_one_device_choice_gives_one_finding() -> None:
 
 
 def test_ddp_device_ids_advice_leaves_them_out() -> None:
-    (finding,) = findings_of("ties_ddp_device_ids.py")
-    assert finding.suggestion.startswith("leave device_ids")
+    device_ids, output_device = findings_of("ties_ddp_device_ids.py")
+    assert device_ids.suggestion.startswith("leave device_ids")
+    assert "output_device" in output_device.message and output_device.line == 11
 
 
 def test_a_module_alias_resolves_later_calls() -> None:

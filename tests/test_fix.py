@@ -363,7 +363,8 @@ def test_a_fifo_or_an_oversized_file_is_refused_without_reading_it(
     status, _, stderr = _run([str(fifo)], write=True)
     assert (status, stderr) == (
         fix.EXIT_UNREADABLE,
-        f"tpuready fix: error: {fifo}: not a regular file\n",
+        f"tpuready fix: error: {fifo} is not a regular file or folder (a FIFO, device, socket "
+        "or broken symlink); name Python files, notebooks or folders\n",
     )
     large = tmp_path / "large.py"
     large.write_text("x = 1\n" * 10, encoding="utf-8")
@@ -829,6 +830,27 @@ def test_a_cuda_branch_that_alone_moves_the_work_is_ported_not_kept() -> None:
         (7, "cuda-test-fallback"),  # after the device line the fixer adds (lines 3-6)
         (9, "cuda-test-fallback"),
     ]
+
+
+def test_an_unreadable_folder_is_named_and_the_rest_still_fixed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "train.py").write_text("import torch\nx = torch.ones(1).cuda()\n")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "inner.py").write_text("import torch\ny = torch.ones(1).cuda()\n")
+    real_scandir = os.scandir
+
+    def scandir(path: object = ".") -> object:  # chmod 000 does not stop root: refuse here
+        if Path(os.fsdecode(path)) == locked:  # type: ignore[arg-type]
+            raise PermissionError(13, "Permission denied", os.fsdecode(path))  # type: ignore[arg-type]
+        return real_scandir(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    status, stdout, stderr = _run([str(tmp_path)], write=False)
+    assert status == fix.EXIT_UNREADABLE
+    assert stderr.startswith(f"tpuready fix: error: cannot read folder {locked}: Permission")
+    assert "+x = torch.ones(1).to(device)" in stdout and "inner.py" not in stdout
 
 
 def test_a_diff_marks_a_last_line_without_a_newline_as_diff_does() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import textwrap
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -88,6 +89,12 @@ def test_samples_come_from_the_committed_notebook_not_the_working_copy(
     assert executor.keep_stored_samples(committed, fresh) == 0
     assert fresh.cells[0].outputs[0].text == "4.62 ms\n"
     assert executor.committed_version(untracked) is None
+
+
+def test_the_tests_import_this_checkouts_tpuready() -> None:
+    import tpuready
+
+    assert Path(tpuready.__file__).resolve().is_relative_to(REPOSITORY.resolve())
 
 
 def test_notebook_of_reads_nbval_node_ids() -> None:

@@ -33,9 +33,10 @@ file or notebook resolve names everywhere in it (`import torch.cuda as tc`,
 `from torch.backends import cudnn`, and a module alias such as `device_module = torch.cuda`).
 
 A file or cell that does not parse gives one `syntax-error` finding and the scan goes on;
-syntax newer than the running Python is said to be so. Text with no trigger word at all (no
-"cuda", ".to(", "double", ...) is not even parsed, since no rule could fire in it, and a
-statement without one is not walked. Files over `MAX_FILE_BYTES` are skipped with a
+syntax newer than the running Python is said to be so. Every file is parsed, so one that
+does not parse is reported whatever it holds; a tree with no trigger word at all (no "cuda",
+".to(", "double", ...) is not walked, since no rule could fire in it, and neither is a
+statement without one. Files over `MAX_FILE_BYTES` are skipped with a
 `skipped-file` note, which bounds memory. Columns count characters, not bytes. A tree of over
 2 MB is audited by one worker process per CPU.
 
@@ -235,6 +236,9 @@ _TRIGGER_WORDS = (
     "inference_mode",
     "device_ids",
     "compile",
+    "rank",  # f"{device_type}:{local_rank}"
+    "gpu",
+    "device_module",  # device_module = torch.get_device_module(device)
 )
 
 PathArgument = str | os.PathLike[str]
@@ -419,6 +423,7 @@ def _last_name(node: ast.AST) -> str:
 # What a whole file (or notebook) tells every rule
 
 
+_DEVICE_MODULE_BINDING = re.compile(r"([A-Za-z_][\w.]*)\s*=\s*(?:torch\.)?get_device_module\(")
 _BACKEND_NAME_USE = re.compile(
     r"(?:init_process_group\(\s*|\bbackend\s*=\s*)([A-Za-z_]\w*)\b(?!\s*[.(\[])"
 )
@@ -434,6 +439,7 @@ class _FileFacts:
     compiles: bool
     trees: Sequence[ast.AST]
     backend_names: set[str] = field(default_factory=set)
+    device_module_names: set[str] = field(default_factory=set)  # `dm = torch.get_device_module()`
     device_type_names: set[str] = field(default_factory=set)
     _names_a_device: bool | None = None
     ported_flags: frozenset[str] | None = None  # filled by _Auditor.ported_flags
@@ -539,6 +545,8 @@ def _collect_facts(trees: Sequence[ast.AST], source: str) -> _FileFacts:
         facts.backend_names = set(_BACKEND_NAME_USE.findall(source))
     if "device_type" in source or "autocast" in source:
         facts.device_type_names = set(_DEVICE_TYPE_NAME_USE.findall(source))
+    if "get_device_module" in source:
+        facts.device_module_names = set(_DEVICE_MODULE_BINDING.findall(source))
     return facts
 
 
@@ -1061,6 +1069,15 @@ class _Auditor:
                 self.check_device_value(value, as_type=as_type)
             return
         if not _is_cuda_device_text(node):
+            rank = _rank_of_device_text(node)
+            if rank is not None:  # f"{device_type}:{local_rank}": the accelerator style
+                self.report(
+                    "set-device-index",
+                    node,
+                    f"`{_shown(node)}` names the device at the rank's own index; "
+                    f"{_ONE_DEVICE_PER_PROCESS}",
+                    per_rank_advice(rank),
+                )
             return
         shown = _shown(node)
         index = _cuda_index(node)
@@ -1077,6 +1094,24 @@ class _Auditor:
                     "on device 0 of a CUDA host)"
                 )
         self.report("cuda-device-string", node, message, suggestion)
+
+
+def _rank_of_device_text(node: ast.AST) -> str | None:
+    """`rank` for `f"{device_type}:{rank}"` (any type, a rank-like index name), else None."""
+    if not isinstance(node, ast.JoinedStr) or len(node.values) != 3:
+        return None
+    kind, colon, index = node.values
+    if not (
+        isinstance(kind, ast.FormattedValue)
+        and isinstance(colon, ast.Constant)
+        and colon.value == ":"
+        and isinstance(index, ast.FormattedValue)
+    ):
+        return None
+    parts = _dotted_parts(index.value)
+    if parts is None or not _RANK_LIKE_NAME.search(parts[-1]):
+        return None
+    return ".".join(parts)
 
 
 def per_rank_advice(index: str) -> str:
@@ -1496,6 +1531,32 @@ def _check_pin_memory(audit: _Auditor, call: ast.Call) -> None:
         )
 
 
+def _check_device_module_call(audit: _Auditor, call: ast.Call) -> None:
+    """`device_module.synchronize()` where `device_module = torch.get_device_module(...)`: on
+    TorchTPU the module is `torch.tpu`, whose CUDA-style device calls raise in 0.2.0."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return
+    holder = func.value
+    parts = _dotted_parts(holder)
+    bound = parts is not None and ".".join(parts) in audit.facts.device_module_names
+    direct = isinstance(holder, ast.Call) and audit.qualify(holder.func) == (
+        "torch.get_device_module"
+    )
+    if not (bound or direct):
+        return
+    entry = equivalent_for(func.attr)
+    if entry is None or not entry.refused_by_torch_tpu:
+        return
+    audit.report(
+        "device-module-call",
+        call,
+        f"`{_shown(func, 60)}()` calls the device's own module: on TorchTPU that is "
+        f"`torch.tpu`, whose `{func.attr}` raises in 0.2.0",
+        entry.note if "get_device_module" in entry.replacement else entry.replacement,
+    )
+
+
 def _check_compile_mode(audit: _Auditor, call: ast.Call) -> None:
     """`torch.compile(..., mode=...)` or `module.compile(mode=...)`: TorchTPU 0.2.0 takes only
     its own backend options and raises TypeError on `mode=`."""
@@ -1556,7 +1617,19 @@ def _check_set_device(audit: _Auditor, call: ast.Call) -> None:
         "torch.accelerator.set_device_index",
         "torch.accelerator.set_device_idx",
     }:
-        return  # the portable call this rule recommends
+        # The portable call this rule recommends, unless it is handed a rank's index itself.
+        index = call.args[0] if call.args else None
+        parts = _dotted_parts(index) if index is not None else None
+        if parts is not None and _RANK_LIKE_NAME.search(parts[-1]):
+            shown = ".".join(parts)
+            audit.report(
+                "set-device-index",
+                call,
+                f"`{_shown(call.func, 40)}({shown})` sets a rank's own index; on TorchTPU each "
+                "process sees one device, index 0, and another index raises",
+                per_rank_advice(shown),
+            )
+        return
     if qualified.startswith("torch.") and not qualified.startswith("torch.cuda."):
         return  # another vendor's device (`torch.mlu.set_device`, `torch.xpu.set_device`)
     arguments = call.args[:1] + [kw.value for kw in call.keywords if kw.arg == "device"]
@@ -1769,8 +1842,9 @@ RULE_TABLE: tuple[Rule, ...] = (
     Rule(
         "set-device-index",
         MUST_CHANGE,
-        "`torch.cuda.set_device(i)` / `set_device(i)` with i that may not be 0 "
-        "(never the portable `torch.accelerator.set_device_index`)",
+        "`torch.cuda.set_device(i)` / `set_device(i)` with i that may not be 0, and a rank's "
+        'own index in the accelerator style (`set_device_index(local_rank)`, `f"{device_type}:'
+        '{rank}"`)',
         (ast.Call,),
         _check_set_device,
         per_rank_advice("i"),
@@ -1918,6 +1992,15 @@ RULE_TABLE: tuple[Rule, ...] = (
         "torch.float32 (bfloat16 only where precision allows, never for counts or sums: "
         "12345 becomes 12352; counts summed across ranks go in int64); keep float64 for checks "
         "on the CPU",
+    ),
+    Rule(
+        "device-module-call",
+        MUST_CHANGE,
+        "a CUDA-style device call (`synchronize`, `current_device`, ...) on the module of "
+        "`torch.get_device_module(...)`, which on TorchTPU 0.2.0 raises",
+        (ast.Call,),
+        _check_device_module_call,
+        "torch.accelerator",
     ),
     Rule(
         "compile-mode",
@@ -2071,11 +2154,7 @@ def audit_code(source: str, path: str = "<string>", *, cell: int | None = None) 
     """
     if not isinstance(source, str):
         raise TypeError(f"source must be Python text (str), got {type(source).__name__}")
-    if not any(word in source for word in _TRIGGER_WORDS) and "nccl" not in source.lower():
-        # The cheap pre-filter: no rule can fire, so do not even parse (a syntax error in
-        # such a file goes unreported, which costs nothing a port needs).
-        return []
-    try:
+    try:  # parsed even with no trigger word: a file that does not parse is always reported
         tree = parse_python(source)
     except SyntaxError as error:
         return [_syntax_error_finding(error, source, path, cell)]

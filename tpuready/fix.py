@@ -84,11 +84,15 @@ from tpuready.audit_sources import (
     IPYTHON_ONLY_LINE,
     AuditConfig,
     AuditInputError,
+    find_source_files_and_unreadable,
     ignored_rules_by_line,
     load_config,
     python_of_cell,
     python_of_ipython,
     read_python_and_encoding,
+)
+from tpuready.audit_sources import (
+    MAX_FILE_BYTES as AUDIT_MAX_FILE_BYTES,
 )
 
 __all__ = [
@@ -169,10 +173,10 @@ _DIFFERENT_RESULT = frozenset({"get_device_capability"})
 
 _ACCELERATOR_GUARD = "torch.accelerator.is_available()"
 CUDA_ON_PURPOSE_TAG = "cuda-on-purpose"  # notebook cells CUDA-only on purpose (see tpuready.audit)
-_SKIPPED_FOLDERS = frozenset({".venv", "venv", ".git", "_build", "__pycache__", "node_modules"})
 
-# Files larger than this are refused (libcst holds a whole tree in memory: about 1 KB a line).
-MAX_FILE_BYTES = 5_000_000
+# Files larger than the audit reads are refused too (libcst holds a whole tree in memory:
+# about 1 KB a line); the audit's own limit, so what one skips the other does.
+MAX_FILE_BYTES = AUDIT_MAX_FILE_BYTES
 
 EXIT_CLEAN = 0
 EXIT_LEFT = 1
@@ -1578,25 +1582,23 @@ def fix_notebook(
 # Command line
 
 
-def _expand(paths: Sequence[str]) -> list[Path]:
+def _expand(paths: Sequence[str], stderr: TextIO) -> tuple[list[Path], bool]:
+    """The files to fix, found as the audit finds them (`find_source_files_and_unreadable`),
+    and whether an input or a folder inside one could not be read (each named on stderr)."""
     files: list[Path] = []
+    failed = False
     for given in paths:
-        path = Path(given)
-        if path.is_dir():
-            for root, folders, names in os.walk(path):
-                folders[:] = sorted(
-                    name
-                    for name in folders
-                    if not name.startswith(".") and name not in _SKIPPED_FOLDERS
-                )
-                files += [
-                    Path(root) / name
-                    for name in sorted(names)
-                    if name.endswith((".py", ".ipynb")) and not name.startswith(".")
-                ]
-        else:
-            files.append(path)
-    return files
+        try:
+            found, unreadable = find_source_files_and_unreadable([given])
+        except AuditInputError as error:
+            print(f"tpuready fix: error: {error}", file=stderr)
+            failed = True
+            continue
+        for line in unreadable:
+            print(f"tpuready fix: error: {line}", file=stderr)
+            failed = True
+        files += found
+    return files, failed
 
 
 def _fix_one(path: Path, config: AuditConfig) -> tuple[list[tuple[str, FixResult]], str, str]:
@@ -1652,8 +1654,9 @@ def run_fix(
     except AuditInputError as error:
         print(f"tpuready fix: error: {error}", file=stderr)
         return EXIT_UNREADABLE
-    status = EXIT_CLEAN
-    for path in _expand(paths):
+    files, failed = _expand(paths, stderr)
+    status = EXIT_UNREADABLE if failed else EXIT_CLEAN
+    for path in files:
         shown = path.as_posix()
         if config.excludes(path):
             continue
