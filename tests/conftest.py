@@ -27,6 +27,18 @@ def repository() -> Path:
     return REPOSITORY
 
 
+def refuse_to_list(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    """Make `folder` unreadable to os.walk: chmod 000 does not stop root, so scandir refuses."""
+    real_scandir = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(os.fsdecode(path)) == folder:
+            raise PermissionError(13, "Permission denied", os.fsdecode(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
 def read_notebook(path: Path) -> nbformat.NotebookNode:
     return nbformat.read(path, as_version=4)
 

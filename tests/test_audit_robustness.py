@@ -12,7 +12,7 @@ from pathlib import Path
 
 import hypothesmith
 import pytest
-from conftest import REPOSITORY
+from conftest import REPOSITORY, refuse_to_list
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -339,14 +339,7 @@ def test_an_unreadable_folder_is_named_and_the_rest_still_reported(
     locked = tmp_path / "locked"
     locked.mkdir()
     (locked / "hidden.py").write_text("import torch\ny = torch.ones(2).cuda()\n")
-    real_scandir = os.scandir
-
-    def scandir(path: object = ".") -> object:  # chmod 000 does not stop root: refuse here
-        if Path(os.fsdecode(path)) == locked:
-            raise PermissionError(13, "Permission denied", os.fsdecode(path))
-        return real_scandir(path)
-
-    monkeypatch.setattr(os, "scandir", scandir)
+    refuse_to_list(monkeypatch, locked)
     stdout, stderr = io.StringIO(), io.StringIO()
     status = cli.run_audit_source([str(tmp_path)], "json", stdout, stderr)
     assert status == cli.EXIT_USAGE

@@ -22,7 +22,7 @@ import hypothesmith
 import nbformat
 import pytest
 import torch
-from conftest import REPOSITORY
+from conftest import REPOSITORY, refuse_to_list
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -839,18 +839,40 @@ def test_an_unreadable_folder_is_named_and_the_rest_still_fixed(
     locked = tmp_path / "locked"
     locked.mkdir()
     (locked / "inner.py").write_text("import torch\ny = torch.ones(1).cuda()\n")
-    real_scandir = os.scandir
-
-    def scandir(path: object = ".") -> object:  # chmod 000 does not stop root: refuse here
-        if Path(os.fsdecode(path)) == locked:  # type: ignore[arg-type]
-            raise PermissionError(13, "Permission denied", os.fsdecode(path))  # type: ignore[arg-type]
-        return real_scandir(path)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(os, "scandir", scandir)
+    refuse_to_list(monkeypatch, locked)
     status, stdout, stderr = _run([str(tmp_path)], write=False)
     assert status == fix.EXIT_UNREADABLE
     assert stderr.startswith(f"tpuready fix: error: cannot read folder {locked}: Permission")
     assert "+x = torch.ones(1).to(device)" in stdout and "inner.py" not in stdout
+
+
+def test_no_check_is_ported_over_code_the_rewrite_leaves_cuda_only() -> None:
+    # On a TPU the original takes the CPU path; a ported check would run set_device(args.gpu).
+    source = (
+        "import torch\n\n\ndef setup(model, args):\n"
+        "    if torch.cuda.is_available():\n"
+        "        torch.cuda.set_device(args.gpu)\n"
+        "        model.cuda(args.gpu)\n"
+        "    return model\n"
+    )
+    result = fix.fix_source(source)
+    assert result.fixed == source and not result.changes
+    assert {(left.line, left.rule) for left in result.left} >= {
+        (5, "torch-cuda-call"),
+        (6, "set-device-index"),
+        (7, "cuda-method"),
+    }
+
+
+def test_the_device_the_program_chose_is_the_one_inputs_follow() -> None:
+    source = (
+        "import torch\n\n\ndef train(args, model, x):\n"
+        "    device = torch.device(args.device)\n"
+        "    model.to(device)\n"
+        "    return model(x.cuda())\n"
+    )
+    fixed = fix.fix_source(source).fixed
+    assert "return model(x.to(device))" in fixed and "chosen_device" not in fixed
 
 
 def test_a_diff_marks_a_last_line_without_a_newline_as_diff_does() -> None:

@@ -239,6 +239,8 @@ _TRIGGER_WORDS = (
     "rank",  # f"{device_type}:{local_rank}"
     "gpu",
     "device_module",  # device_module = torch.get_device_module(device)
+    "synchronize",  # dm.synchronize(), whatever the module's name
+    "current_device",
 )
 
 PathArgument = str | os.PathLike[str]
@@ -634,26 +636,66 @@ BFLOAT16_OFF_CUDA = (
 
 
 def _places_work(node: ast.AST, *, on_cuda: bool) -> bool:
-    """Whether `node` moves work to a device: `.cuda()`, a DDP or DataParallel wrapper,
-    `set_device`, and `.to(...)` (with `on_cuda`, only `.to("cuda...")` or `.to(<a name
-    with device in it>)`: a CUDA branch moving to `device` leaves a TPU on the CPU too)."""
-    if not isinstance(node, ast.Call):
+    """Whether `node` moves work to a device: `.cuda(...)` or `.to(...)` (with `on_cuda`,
+    only `.to("cuda...")` or `.to(<a name with device in it>)`; a CUDA branch moving to
+    `device` leaves a TPU on the CPU too). `--fix` ports no check over `.cuda(args.gpu)`."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
         return False
-    last = _last_name(node.func)
-    is_method = isinstance(node.func, ast.Attribute)
-    if (is_method and last == "cuda") or last in _DDP_NAMES or (on_cuda and last == "set_device"):
+    if node.func.attr == "cuda":
         return True
-    return (
-        is_method
-        and last == "to"
-        and (
-            not on_cuda
-            or any(
-                _is_cuda_device_text(value) or "device" in _last_name(value).lower()
-                for value in node.args
-            )
+    return node.func.attr == "to" and (
+        not on_cuda
+        or any(
+            _is_cuda_device_text(value) or "device" in _last_name(value).lower()
+            for value in node.args
         )
     )
+
+
+# `torch.cuda` members that stay CUDA-only after a port (no accelerator call gives the same):
+# a CUDA branch holding one is CUDA-specific code, kept as a guard even where it moves work.
+_STAYS_CUDA_ONLY = frozenset(
+    {
+        "get_device_capability",
+        "get_device_name",
+        "get_device_properties",
+        "stream",
+        "Stream",
+        "current_stream",
+        "set_stream",
+        "Event",
+        "graph",
+        "CUDAGraph",
+    }
+)
+
+
+def _stays_cuda_only(audit: _Auditor, node: ast.AST) -> bool:
+    """A node that is CUDA-specific whatever a port does: such a `torch.cuda` member, or one
+    the table has no entry for. (A rank's index, `.cuda(args.gpu)`, is a tie to port.)"""
+    if isinstance(node, ast.Attribute):
+        name = audit.qualify(node) or ""
+        if name.startswith("torch.cuda.") and not _CUDA_TENSOR_TYPE.fullmatch(name):
+            member = name.removeprefix("torch.cuda.").split(".")[0]
+            return member in _STAYS_CUDA_ONLY or (
+                member != "amp" and equivalent_for(member) is None
+            )
+    return False
+
+
+def _device_values(nodes: Iterable[ast.AST]) -> list[ast.AST]:
+    """The values among `nodes` used as devices: `.to(x)`, `torch.device(x)`, `device=x`, and
+    the value of `device = x` / `return x` (not `map_location="cpu"`, a loading detail)."""
+    values: list[ast.AST] = []
+    for node in nodes:
+        if isinstance(node, ast.Call):
+            last = _last_name(node.func)
+            if last in {"to", "device"}:
+                values += node.args[:1]
+            values += [k.value for k in node.keywords if k.arg in {"device", "device_type"}]
+        elif isinstance(node, ast.Assign | ast.Return) and node.value is not None:
+            values.append(node.value)
+    return values
 
 
 def _fallback_flags(fallback: int | None) -> int:
@@ -898,13 +940,23 @@ class _Auditor:
         other = node.orelse if polarity else node.body
         if polarity and isinstance(node, ast.If) and not other:
             other = self.facts.after_if(node)
-        reachable = self._reachable_off_cuda(other)
-        if reachable is None:
+        cuda_path = node.body if polarity else node.orelse
+        if not polarity and isinstance(node, ast.If) and not cuda_path:
+            cuda_path = self.facts.after_if(node)  # `if not available: return x` then CUDA
+        cuda_nodes = [
+            inner
+            for root in (cuda_path if isinstance(cuda_path, list) else [cuda_path])
+            for inner in ast.walk(root)
+        ]
+        if any(_stays_cuda_only(self, inner) for inner in cuda_nodes):
+            return None  # CUDA-specific code: a ported check would not make it run on a TPU
+        found = self._reachable_off_cuda(other)
+        if found is None:
             return None  # the code names the TPU: it handles it, whatever it does
+        reachable, direct = found
+        cpu_devices = {id(value) for value in _device_values(reachable)}
         for inner in reachable:
-            if _string_value(inner) == "cpu" or (
-                isinstance(inner, ast.Attribute) and inner.attr == "cpu"
-            ):
+            if id(inner) in cpu_devices and _string_value(inner) == "cpu":
                 return 0
             if isinstance(inner, ast.Name | ast.Attribute):
                 name = self.qualify(inner)
@@ -912,47 +964,49 @@ class _Auditor:
                     return 0
                 if name in _FLOAT16_NAMES:
                     return 2
-            if isinstance(inner, ast.Raise) or (
-                isinstance(inner, ast.Call)
+            if _string_value(inner) in {"float16", "fp16", "half"}:
+                return 2
+        for statement in direct:  # an exit the branch itself makes, not one under a decision
+            call = statement.value if isinstance(statement, ast.Expr) else None
+            if isinstance(statement, ast.Raise) or (
+                isinstance(call, ast.Call)
                 and (
-                    self.qualify(inner.func) in _EXIT_CALLS
-                    or (isinstance(inner.func, ast.Name) and inner.func.id in _EXIT_CALLS)
+                    self.qualify(call.func) in _EXIT_CALLS
+                    or (isinstance(call.func, ast.Name) and call.func.id in _EXIT_CALLS)
                 )
             ):
                 return 1
-            if _string_value(inner) in {"float16", "fp16", "half"}:
-                return 2
-        cuda_branch = node.body if polarity else node.orelse
-        cuda_nodes = [
-            inner
-            for root in (cuda_branch if isinstance(cuda_branch, list) else [cuda_branch])
-            for inner in ast.walk(root)
-        ]
         if any(_places_work(inner, on_cuda=True) for inner in cuda_nodes) and not any(
             _places_work(inner, on_cuda=False) for inner in reachable
         ):
             return 3  # `if torch.cuda.is_available(): model.cuda()`: a TPU keeps the CPU
         return None
 
-    def _reachable_off_cuda(self, branch: ast.AST | list[ast.stmt]) -> list[ast.AST] | None:
-        """Every node of `branch` a TPU may reach: an `elif` chain or a later decision is
-        followed into the branch a TPU takes (`_tpu_takes`), its test left out; None when a
-        decision names the TPU."""
+    def _reachable_off_cuda(
+        self, branch: ast.AST | list[ast.stmt]
+    ) -> tuple[list[ast.AST], list[ast.AST]] | None:
+        """Every node of `branch` a TPU may reach, and the statements it surely runs: an
+        `elif` chain or a later decision is followed into the branch a TPU takes
+        (`_tpu_takes`), its test left out; None when a decision names the TPU."""
         reachable: list[ast.AST] = []
-        pending = list(branch) if isinstance(branch, list) else [branch]
+        direct: list[ast.AST] = []  # statements every TPU run reaches (no unknown decision)
+        pending = [(item, True) for item in (branch if isinstance(branch, list) else [branch])]
         while pending:
-            inner = pending.pop(0)
+            inner, certain = pending.pop(0)
             if isinstance(inner, ast.If | ast.IfExp):
                 taken = self._tpu_takes(inner.test)
                 if taken == "handled":
                     return None
                 parts = [inner.body, inner.orelse] if taken is None else [getattr(inner, taken)]
                 for part in parts:
-                    pending.extend(part if isinstance(part, list) else [part])
+                    items = part if isinstance(part, list) else [part]
+                    pending.extend((item, certain and taken is not None) for item in items)
                 continue
             reachable.append(inner)
-            pending.extend(ast.iter_child_nodes(inner))
-        return reachable
+            if certain and isinstance(inner, ast.stmt):
+                direct.append(inner)
+            pending.extend((child, False) for child in ast.iter_child_nodes(inner))
+        return reachable, direct
 
     def _tpu_takes(self, test: ast.AST) -> str | None:
         """Which branch of a decision a TPU takes: "body" or "orelse" for a test about another
@@ -1376,17 +1430,9 @@ def _setting_suggestion(setting: str, value: ast.AST | None) -> str:
 
 
 # `torch.backends.cuda` calls that only choose among CUDA kernels: nothing to lose elsewhere.
-_CUDA_KERNEL_CHOICES = frozenset(
-    {
-        "sdp_kernel",
-        "enable_flash_sdp",
-        "enable_mem_efficient_sdp",
-        "enable_math_sdp",
-        "enable_cudnn_sdp",
-        "preferred_linalg_library",
-        "preferred_blas_library",
-    }
-)
+# (Not the SDPA switches: `enable_math_sdp(False)` and `sdp_kernel(enable_math=False)` also
+# turn off the CPU's attention kernel, so they stay must-change.)
+_CUDA_KERNEL_CHOICES = frozenset({"preferred_linalg_library", "preferred_blas_library"})
 
 
 def _harmless_off_cuda(setting: str, value: ast.AST) -> bool:
@@ -1432,8 +1478,7 @@ def _check_backend_setting(
             node,
             f"`{name}` picks among CUDA's own kernels (off CUDA it does nothing and loses "
             "nothing asked for: a note)",
-            "keep it: a TPU has no such kernels to choose; for attention, "
-            "torch.nn.attention.sdpa_kernel is the spelling every backend reads",
+            "keep it: a TPU has no such libraries to choose",
             severity=NOTE,
         )
     elif name is not None and name.startswith(prefix) and name not in _CUDA_PROBES:
@@ -1502,15 +1547,40 @@ def _check_device_string(audit: _Auditor, node: ast.AST) -> None:
             audit.check_device_value(default, as_type=False)
 
 
+# Tensor factories whose pin_memory=True allocates pinned memory at once (it raises with no
+# accelerator); any other callee is taken for a loader, which pins per batch when it can.
+_TENSOR_FACTORIES = frozenset(
+    f"torch.{name}"
+    for name in (
+        "empty",
+        "zeros",
+        "ones",
+        "full",
+        "tensor",
+        "as_tensor",
+        "rand",
+        "randn",
+        "randint",
+        "arange",
+        "empty_like",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "empty_strided",
+    )
+)
+
+
 def _check_pin_memory(audit: _Auditor, call: ast.Call) -> None:
     for keyword in call.keywords:
         if keyword.arg == "pin_memory" and _is_true(keyword.value):
-            if _last_name(call.func).endswith("DataLoader"):
+            if (audit.qualify(call.func) or "") not in _TENSOR_FACTORIES:
                 audit.report(
                     "pin-memory",
                     keyword,
-                    "a DataLoader's pin_memory=True pins for the current accelerator (a TPU "
-                    "too); on a machine with none it pins nothing and warns: a note",
+                    "a loader's pin_memory=True (a DataLoader's) pins for the current "
+                    "accelerator (a TPU too); on a machine with none it pins nothing and warns: "
+                    "a note",
                     severity=NOTE,
                 )
             else:
@@ -1540,8 +1610,10 @@ def _check_device_module_call(audit: _Auditor, call: ast.Call) -> None:
     holder = func.value
     parts = _dotted_parts(holder)
     bound = parts is not None and ".".join(parts) in audit.facts.device_module_names
-    direct = isinstance(holder, ast.Call) and audit.qualify(holder.func) == (
-        "torch.get_device_module"
+    direct = (
+        isinstance(holder, ast.Call)
+        and audit.qualify(holder.func) == "torch.get_device_module"
+        and not (holder.args and _string_value(holder.args[0]) is not None)  # ("cuda")
     )
     if not (bound or direct):
         return
@@ -1566,10 +1638,10 @@ def _check_compile_mode(audit: _Auditor, call: ast.Call) -> None:
     if not is_compile:
         return
     for keyword in call.keywords:
-        if keyword.arg == "mode" and not (
-            isinstance(keyword.value, ast.Constant) and keyword.value.value is None
-        ):
-            mode = _string_value(keyword.value)
+        mode = _string_value(keyword.value)
+        # A literal mode only: `mode="default"` is dropped before a non-inductor backend, and
+        # a computed one (`... if device.type == "cuda" else None`) is the port itself.
+        if keyword.arg == "mode" and mode is not None and mode != "default":
             why = {
                 "reduce-overhead": " (it asks for CUDA graphs)",
                 "max-autotune": " (it asks for Triton autotuning and CUDA graphs)",
@@ -1578,8 +1650,8 @@ def _check_compile_mode(audit: _Auditor, call: ast.Call) -> None:
             audit.report(
                 "compile-mode",
                 keyword,
-                f"`mode={_shown(keyword.value, 30)}`{why}: TorchTPU 0.2.0 raises TypeError on "
-                "any `mode=`",
+                f"`mode={_shown(keyword.value, 30)}`{why}: TorchTPU 0.2.0's torch.compile takes "
+                'only its backend\'s options, and mode="reduce-overhead" raises TypeError there',
             )
 
 
@@ -1630,8 +1702,8 @@ def _check_set_device(audit: _Auditor, call: ast.Call) -> None:
                 per_rank_advice(shown),
             )
         return
-    if qualified.startswith("torch.") and not qualified.startswith("torch.cuda."):
-        return  # another vendor's device (`torch.mlu.set_device`, `torch.xpu.set_device`)
+    if qualified.startswith("torch.") and not qualified.startswith(("torch.cuda.", "torch.tpu.")):
+        return  # another vendor's device (`torch.mlu.set_device`); torch.tpu's raises in 0.2.0
     arguments = call.args[:1] + [kw.value for kw in call.keywords if kw.arg == "device"]
     if not arguments or isinstance(arguments[0], ast.Starred):
         return
@@ -1938,8 +2010,8 @@ RULE_TABLE: tuple[Rule, ...] = (
     Rule(
         "pin-memory",
         MUST_CHANGE,
-        "`pin_memory=True` written unconditionally (in a DataLoader a note: it pins for any "
-        "accelerator), or `.pin_memory()` called directly",
+        "`pin_memory=True` in a tensor factory, or `.pin_memory()` called directly (in a "
+        "DataLoader or another loader a note: it pins for any accelerator)",
         (ast.Call,),
         _check_pin_memory,
         "pin_memory=torch.accelerator.is_available()",

@@ -433,14 +433,18 @@ def _scope_kind(
 def _is_the_choice(value: cst.BaseExpression) -> bool:
     """True for the device choice, or a CUDA choice the fixer turns into it:
     `current_accelerator(...) or ...`, `choose_device()`, `"cuda"`, `torch.device("cuda")`,
-    `"cuda" if torch.cuda.is_available() else "cpu"` (also inside `torch.device(...)`)."""
+    `"cuda" if torch.cuda.is_available() else "cpu"` (also inside `torch.device(...)`), and
+    the program's own choice `torch.device(args.device)`: its model is there, so are inputs."""
     if isinstance(value, cst.BooleanOperation):
         return _is_the_choice(value.left)
     if isinstance(value, cst.Call):
         name = (_dotted(value.func) or "").rsplit(".", 1)[-1]
         if name in {"current_accelerator", "choose_device"}:
             return True
-        return name == "device" and len(value.args) == 1 and _is_the_choice(value.args[0].value)
+        if name != "device" or len(value.args) != 1:
+            return False
+        argument = value.args[0].value
+        return _string_value(argument) is None or _is_the_choice(argument)
     if _string_value(value) == "cuda":
         return True
     return isinstance(value, cst.IfExp) and _string_value(value.body) == "cuda"
@@ -479,8 +483,10 @@ class _Rewriter(cst.CSTTransformer):
         ported_checks: frozenset[int] = frozenset(),
         fresh_device: str = "chosen_device",
         fresh_everywhere: bool = False,
+        left_behind: frozenset[int] = frozenset(),
     ) -> None:
         super().__init__()
+        self.left_behind = left_behind
         self.fresh_everywhere = fresh_everywhere  # one device name per file: the fresh one
         self.facts = facts
         self.module = module
@@ -700,9 +706,18 @@ class _Rewriter(cst.CSTTransformer):
             line in self.ported_checks for line in range(span.start.line, span.end.line + 1)
         )
 
+    def _holds_left_behind_code(self, node: cst.CSTNode) -> bool:
+        """True when `node` spans a line the rewrite leaves CUDA-only (`.cuda(args.gpu)`,
+        `torch.cuda.set_device(rank)`, `torch.cuda.get_device_name()`): a check ported over
+        it would send a TPU into CUDA-only code that the original kept it out of."""
+        span = self.get_metadata(PositionProvider, node)
+        return any(line in self.left_behind for line in range(span.start.line, span.end.line + 1))
+
     def visit_If(self, node: cst.If) -> bool:
         if self._kept_check(node.test):
             return False
+        if self._is_cuda_check(node.test) and self._holds_left_behind_code(node):
+            return False  # left whole: the audit reports the check and what it guards
         test = node.test
         if isinstance(test, cst.Call) and self._qualify(test.func) == "torch.cuda.is_available":
             self._accelerator_bodies.add(id(node.body))  # becomes `if accelerator.is_available()`
@@ -720,6 +735,8 @@ class _Rewriter(cst.CSTTransformer):
         return updated_node
 
     def visit_IfExp(self, node: cst.IfExp) -> bool:
+        if self._is_cuda_check(node.test) and self._holds_left_behind_code(node):
+            return False
         return not self._kept_check(node.test)
 
     def visit_Assert(self, node: cst.Assert) -> bool:
@@ -1223,6 +1240,28 @@ def _left(fixed: str, findings: Sequence[Finding], config: AuditConfig) -> tuple
     )
 
 
+_CUDA_MEMBER_IN_MESSAGE = re.compile(r"`torch\.cuda\.(\w+)")
+
+
+def _left_behind(finding: Finding) -> bool:
+    """A must-change finding the rewrite never ports: a per-rank index (reported rules and
+    `.cuda(local_rank)`), or a `torch.cuda` member with no same-argument replacement."""
+    if finding.severity != MUST_CHANGE:
+        return False
+    if finding.rule in REPORTED_RULES - {"cudnn-setting", "cuda-backend-setting"}:
+        return True
+    if finding.rule in {"cuda-method", "cuda-device-string"}:
+        return "one process per device" in finding.message  # `.cuda(i)`, f"cuda:{i}"
+    if finding.rule == "torch-cuda-call":
+        member = _CUDA_MEMBER_IN_MESSAGE.match(finding.message)
+        return (
+            member is not None
+            and member.group(1) not in _DIRECT
+            and (member.group(1) not in {"is_available", "device_count", "is_bf16_supported"})
+        )
+    return False
+
+
 def fresh_device_name(source: str) -> str:
     """The name rewrites use where a scope binds `device` to another value: `chosen_device`,
     or with underscores added until `source` does not use it."""
@@ -1283,6 +1322,9 @@ def _rewrite(
         and finding.rule == "torch-cuda-call"
         and f"({OFF_CUDA_BRANCH} " in finding.message
     )
+    left_behind = frozenset(  # lines the rewrite leaves CUDA-only: no check is ported over them
+        finding.line for finding in findings if _left_behind(finding)
+    )
     rewriter = _Rewriter(
         facts,
         module,
@@ -1291,6 +1333,7 @@ def _rewrite(
         ported_checks,
         fresh_device,
         fresh_everywhere,
+        left_behind,
     )
     if "device" in bound_elsewhere and rewriter.device_scopes[0] is None:
         rewriter.device_scopes[0] = "device"
