@@ -1015,6 +1015,14 @@ class _Auditor:
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             inner = self._tpu_takes(test.operand)
             return {"body": "orelse", "orelse": "body"}.get(inner or "", inner)
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+            # `hasattr(torch.backends, "mps") and torch.backends.mps.is_available()`: one
+            # conjunct false on a TPU makes the whole test false there.
+            parts = [self._tpu_takes(value) for value in test.values]
+            if "handled" in parts:
+                return "handled"
+            if "orelse" in parts:
+                return "orelse"
         for node in ast.walk(test):
             text = _string_value(node)
             if text is not None and text.split(":")[0] in _TPU_DEVICE_TYPES:
@@ -1148,6 +1156,22 @@ class _Auditor:
                     "on device 0 of a CUDA host)"
                 )
         self.report("cuda-device-string", node, message, suggestion)
+
+
+def _rank_index(node: ast.AST) -> str | None:
+    """The text of a rank's own index: a rank-like name (`local_rank`, `args.gpu`) or
+    `int(os.environ["LOCAL_RANK"])`; None for anything else (`index`, `0`)."""
+    if isinstance(node, ast.Call) and _dotted_parts(node.func) == ["int"] and node.args:
+        inner = node.args[0]
+        key = inner.slice if isinstance(inner, ast.Subscript) else None
+        if isinstance(inner, ast.Call) and inner.args:  # os.environ.get("LOCAL_RANK", ...)
+            key = inner.args[0]
+        text = _string_value(key) if key is not None else None
+        return _shown(node, 40) if text is not None and "RANK" in text.upper() else None
+    parts = _dotted_parts(node)
+    if parts is None or not _RANK_LIKE_NAME.search(parts[-1]):
+        return None
+    return ".".join(parts)
 
 
 def _rank_of_device_text(node: ast.AST) -> str | None:
@@ -1510,6 +1534,16 @@ def _check_device_string(audit: _Auditor, node: ast.AST) -> None:
                 audit.check_device_value(argument, as_type=False)
         if name in _DEVICE_FIRST_ARGUMENT and node.args:
             audit.check_device_value(node.args[0], as_type=_DEVICE_FIRST_ARGUMENT[name])
+        if name == "torch.device" and len(node.args) == 2:  # torch.device(device_type, rank)
+            index = _rank_index(node.args[1])
+            if index is not None and _string_value(node.args[0]) is None:
+                audit.report(
+                    "set-device-index",
+                    node,
+                    f"`{_shown(node)}` names the device at the rank's own index; "
+                    f"{_ONE_DEVICE_PER_PROCESS}",
+                    per_rank_advice(index),
+                )
         not_devices = _choices_are_not_devices(node)
         for keyword in node.keywords:
             if keyword.arg in _DEVICE_KEYWORDS and not (keyword.arg == "default" and not_devices):
@@ -1691,9 +1725,8 @@ def _check_set_device(audit: _Auditor, call: ast.Call) -> None:
     }:
         # The portable call this rule recommends, unless it is handed a rank's index itself.
         index = call.args[0] if call.args else None
-        parts = _dotted_parts(index) if index is not None else None
-        if parts is not None and _RANK_LIKE_NAME.search(parts[-1]):
-            shown = ".".join(parts)
+        shown = _rank_index(index) if index is not None else None
+        if shown is not None:
             audit.report(
                 "set-device-index",
                 call,
@@ -1969,7 +2002,9 @@ RULE_TABLE: tuple[Rule, ...] = (
         (ast.If, ast.IfExp),
         _check_cuda_test_fallback,
         'ask for any accelerator: `x.device.type != "cpu"` for a tensor, `device.type != '
-        '"cpu"` for a device, torch.accelerator.is_available() for a flag',
+        '"cpu"` for a device, torch.accelerator.is_available() for a probe (`args.cuda and '
+        "torch.accelerator.is_available()` keeps a user's opt-in); not for a kernel choice "
+        "(`if x.is_cuda: cuda_kernel(x)`), where the other branch is right on a TPU",
     ),
     Rule(
         "cudnn-setting",

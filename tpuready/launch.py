@@ -222,7 +222,8 @@ def choose_rank_placement(
         return RankPlacement(
             "gloo", torch.device("cpu"), f"{ranks} but {devices}: gloo on the CPU ({need}){fix}"
         )
-    device = torch.device(kind, local_rank)
+    # One device per rank is counted above, and a TPU returned earlier with its index 0.
+    device = torch.device(kind, local_rank)  # tpuready: ignore[set-device-index]
     return RankPlacement(backend, device, f"{ranks} on {devices}: {backend}, this rank on {device}")
 
 
