@@ -864,6 +864,16 @@ def test_no_check_is_ported_over_code_the_rewrite_leaves_cuda_only() -> None:
     }
 
 
+def test_no_check_is_ported_over_a_ranks_own_cuda_index() -> None:
+    source = "import torch\nif torch.cuda.is_available():\n    model.cuda(args.gpu)\n"
+    result = fix.fix_source(source)
+    assert result.fixed == source
+    assert {(left.line, left.rule) for left in result.left} == {
+        (2, "torch-cuda-call"),
+        (3, "cuda-method"),
+    }
+
+
 def test_the_device_the_program_chose_is_the_one_inputs_follow() -> None:
     source = (
         "import torch\n\n\ndef train(args, model, x):\n"

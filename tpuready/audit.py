@@ -87,6 +87,7 @@ __all__ = [
     "MUST_CHANGE",
     "NOTE",
     "OFF_CUDA_BRANCH",
+    "ONE_DEVICE_PER_PROCESS",
     "RULES",
     "RULE_TABLE",
     "SEVERITIES",
@@ -123,7 +124,8 @@ CHOOSE_DEVICE = (
     'device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
 )
 _GUARD_ADVICE = 'or run it only when device.type == "cuda"'
-_ONE_DEVICE_PER_PROCESS = "TorchTPU runs one process per device and each sees it as index 0"
+# Ends the message of a per-rank index; `--fix` reads it to leave such lines (and their checks).
+ONE_DEVICE_PER_PROCESS = "TorchTPU runs one process per device and each sees it as index 0"
 _PROBE_ADVICE = (
     "keep it: it detects CUDA on purpose and guards CUDA-only code; do not replace it with "
     "torch.accelerator.is_available(), which is also true on a TPU"
@@ -1137,7 +1139,7 @@ class _Auditor:
                     "set-device-index",
                     node,
                     f"`{_shown(node)}` names the device at the rank's own index; "
-                    f"{_ONE_DEVICE_PER_PROCESS}",
+                    f"{ONE_DEVICE_PER_PROCESS}",
                     per_rank_advice(rank),
                 )
             return
@@ -1147,7 +1149,7 @@ class _Auditor:
         target = "device.type" if as_type else "device"
         suggestion = f"{target}, where {CHOOSE_DEVICE}"
         if index is not None:
-            message += f"; {_ONE_DEVICE_PER_PROCESS}"
+            message += f"; {ONE_DEVICE_PER_PROCESS}"
             index_text = index if isinstance(index, str) else _shown(index, 30)
             if not as_type and index_text != "0":
                 suggestion = (
@@ -1245,7 +1247,7 @@ def _check_cuda_method(audit: _Auditor, call: ast.Call) -> None:
         audit.report(
             "cuda-method",
             func,
-            f"`.cuda({shown})` moves to CUDA GPU {shown} only; {_ONE_DEVICE_PER_PROCESS}",
+            f"`.cuda({shown})` moves to CUDA GPU {shown} only; {ONE_DEVICE_PER_PROCESS}",
             f".to(device), where {where}",
             at_attribute=True,
         )
@@ -1541,7 +1543,7 @@ def _check_device_string(audit: _Auditor, node: ast.AST) -> None:
                     "set-device-index",
                     node,
                     f"`{_shown(node)}` names the device at the rank's own index; "
-                    f"{_ONE_DEVICE_PER_PROCESS}",
+                    f"{ONE_DEVICE_PER_PROCESS}",
                     per_rank_advice(index),
                 )
         not_devices = _choices_are_not_devices(node)

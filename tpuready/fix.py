@@ -76,6 +76,7 @@ from tpuready.audit import (
     GUARDED,
     MUST_CHANGE,
     OFF_CUDA_BRANCH,
+    ONE_DEVICE_PER_PROCESS,
     RULES,
     Finding,
     audit_code,
@@ -1251,7 +1252,7 @@ def _left_behind(finding: Finding) -> bool:
     if finding.rule in REPORTED_RULES - {"cudnn-setting", "cuda-backend-setting"}:
         return True
     if finding.rule in {"cuda-method", "cuda-device-string"}:
-        return "one process per device" in finding.message  # `.cuda(i)`, f"cuda:{i}"
+        return ONE_DEVICE_PER_PROCESS in finding.message  # `.cuda(i)`, f"cuda:{i}"
     if finding.rule == "torch-cuda-call":
         member = _CUDA_MEMBER_IN_MESSAGE.match(finding.message)
         return (
