@@ -137,6 +137,48 @@ def test_device_type_positions_suggest_device_type() -> None:
     assert plain[0].suggestion.startswith("device,")
 
 
+@pytest.mark.parametrize(
+    ("use", "as_type"),
+    [
+        ("with torch.autocast(device_type=KIND):\n    pass", True),
+        ("with torch.autocast(KIND):\n    pass", True),
+        ("log(my_device_type=KIND)", False),  # a keyword counts only where it starts a word
+    ],
+)
+def test_a_name_passed_as_a_device_type_is_advised_as_one(use: str, as_type: bool) -> None:
+    (finding,) = audit.audit_code(f'import torch\nKIND = "cuda"\n{use}\n')
+    assert finding.line == 2
+    assert finding.suggestion.startswith("device.type, " if as_type else "device, ")
+
+
+@pytest.mark.parametrize(
+    ("use", "flagged"),
+    [
+        ("dist.init_process_group(backend=BACKEND)", True),
+        ("dist.init_process_group(BACKEND)", True),
+        ("report(my_backend=BACKEND)", False),
+    ],
+)
+def test_a_name_passed_as_a_backend_carries_nccl_to_where_it_is_set(
+    use: str, flagged: bool
+) -> None:
+    source = f'import torch.distributed as dist\nBACKEND = "nccl"\n{use}\n'
+    found = [(finding.line, finding.rule) for finding in audit.audit_code(source)]
+    assert found == ([(2, "nccl-backend")] if flagged else [])
+
+
+@pytest.mark.parametrize("indent", ["", "    "])
+def test_a_flag_set_from_a_ported_probe_guards_nothing(indent: str) -> None:
+    body = "use_cuda = torch.cuda.is_available()\nif use_cuda:\n    x = x.cuda()\n"
+    nested = "".join(f"{indent}{line}\n" for line in body.splitlines())
+    source = "import torch\n" + ("def f(x):\n" if indent else "") + nested
+    findings = audit.audit_code(source)
+    assert {(f.rule, f.severity) for f in findings} == {
+        ("torch-cuda-call", audit.MUST_CHANGE),
+        ("cuda-method", audit.MUST_CHANGE),  # `if use_cuda:` is true on a TPU once ported
+    }
+
+
 def test_device_index_strings_mention_one_device_per_process() -> None:
     by_text = {
         source: audit.audit_code(source)

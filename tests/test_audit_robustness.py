@@ -197,6 +197,50 @@ def test_a_form_feed_keeps_pragmas_on_their_lines() -> None:
     assert [(f.line, f.rule) for f in audit.audit_code(source)] == [(4, "cuda-method")]
 
 
+@pytest.mark.parametrize(
+    "source",
+    [
+        "return 1\n",  # the compiler refuses these; the parser accepts them
+        "x = 1\nnonlocal y\n",
+        "break\n",
+        "await thing()\n",
+    ],
+)
+def test_text_with_no_trigger_word_is_reported_only_when_the_parser_refuses_it(
+    source: str,
+) -> None:
+    assert audit.audit_code(source) == []
+
+
+@pytest.mark.parametrize("source", ["def f(:\n", "x = (1,\n", "a = 1\x00\n", "x = 'a' is 1 +\n"])
+def test_text_with_no_trigger_word_that_does_not_parse_is_still_reported(source: str) -> None:
+    (finding,) = audit.audit_code(source)
+    assert finding.rule == "syntax-error"
+    with pytest.raises(SyntaxError) as parser_error:
+        audit_sources.parse_python(source)
+    expected = audit._syntax_error_finding(parser_error.value, source, "", None)
+    assert finding.message == expected.message
+
+
+def test_text_with_no_trigger_word_prints_no_compiler_warning(
+    recwarn: pytest.WarningsRecorder,
+) -> None:
+    assert audit.audit_code('x = "a" is 1\ny = "\\d"\n') == []
+    assert len(recwarn) == 0
+
+
+@pytest.mark.parametrize("line_end", ["\n", "\r\n", "\r"])
+def test_trigger_lines_count_lines_as_the_parser_does(line_end: str) -> None:
+    source = line_end.join(["import torch", "\x0cx = 1", "y = x.cuda()", "z = 2", "w = tc.x"])
+    assert audit._trigger_lines(source, {"tc": "torch.cuda"}) == [3, 5]
+    assert [f.line for f in audit.audit_code(source)] == [3]
+
+
+def test_a_statement_with_a_trigger_word_only_on_its_last_line_is_checked() -> None:
+    source = "import torch\nif flag:\n    y = 1\n    y = x.cuda()\n"
+    assert [f.line for f in audit.audit_code(source)] == [4]
+
+
 def test_columns_count_characters_not_bytes() -> None:
     source = 'import torch\nnom = "été"; y = x.cuda()\n'
     (finding,) = audit.audit_code(source)

@@ -9,7 +9,9 @@ file, never a traceback or a hang.
 from __future__ import annotations
 
 import ast
+import contextlib
 import fnmatch
+import gc
 import io
 import json
 import os
@@ -19,7 +21,7 @@ import sys
 import tokenize
 import tomllib
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +88,33 @@ def parse_python(source: str) -> ast.Module:
             return ast.parse(source)
     except (ValueError, RecursionError, MemoryError) as error:
         raise SyntaxError(f"{type(error).__name__}: {error}") from error
+
+
+def check_python_syntax(source: str) -> None:
+    """Raise SyntaxError exactly when `parse_python` would, without building the tree: the
+    compiler checks text about four times as fast as `ast.parse` builds its Python objects.
+    Where the compiler refuses more than the parser (`return` outside a function), the
+    parser decides."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, "<audit>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        parse_python(source)
+
+
+@contextlib.contextmanager
+def cycle_collection_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for a parse and walk, then restore it. Syntax
+    trees hold no reference cycles, so the collector only re-walks their objects: about half
+    the time of `ast.parse` on a large file goes to it."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def needs_newer_python(error: SyntaxError, source: str) -> bool:
