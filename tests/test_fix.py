@@ -893,3 +893,46 @@ def test_a_diff_marks_a_last_line_without_a_newline_as_diff_does() -> None:
         "+x = a.to(device)",
         "\\ No newline at end of file",
     ]
+
+
+# --------------------------------------------------------------------------------------------
+# Speed: text is rewritten only where the audit found something to rewrite
+
+
+def refuse_to_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(source: str) -> None:
+        raise AssertionError("libcst parsed a text with nothing to rewrite")
+
+    monkeypatch.setattr(fix.cst, "parse_module", refuse)
+
+
+@pytest.mark.parametrize(
+    ("source", "left"),
+    [
+        ("import torch\ntorch.cuda.set_device(local_rank)\n", [(2, "set-device-index")]),
+        ("import torch\nif torch.cuda.is_available():\n    torch.cuda.empty_cache()\n", []),
+        ("import numpy as np\nx = np.ones(3)\n", []),
+        (  # a rank's own index is left to the per-process recipe
+            'import torch\nmodel = model.cuda(args.gpu)\nx = torch.device(f"cuda:{rank}")\n',
+            [(2, "cuda-method"), (3, "cuda-device-string")],
+        ),
+    ],
+)
+def test_text_with_nothing_to_rewrite_is_not_parsed_by_libcst(
+    source: str, left: list[tuple[int, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refuse_to_parse(monkeypatch)
+    result = fix.fix_source(source)
+    assert result.fixed == source and not result.changes
+    assert [(item.line, item.rule) for item in result.left] == left
+
+
+def test_text_with_something_to_rewrite_is_rewritten(monkeypatch: pytest.MonkeyPatch) -> None:
+    refuse_to_parse(monkeypatch)
+    with pytest.raises(AssertionError, match="libcst parsed"):
+        fix.fix_source("import torch\nx = torch.ones(1).cuda()\n")
+
+
+def test_text_that_does_not_parse_is_still_refused_with_its_line() -> None:
+    with pytest.raises(fix.FixInputError, match=r"cannot parse \(line 2\)"):
+        fix.fix_source("x = 1\ndef f(:\n")

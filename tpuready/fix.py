@@ -85,6 +85,7 @@ from tpuready.audit_sources import (
     IPYTHON_ONLY_LINE,
     AuditConfig,
     AuditInputError,
+    cycle_collection_paused,
     find_source_files_and_unreadable,
     ignored_rules_by_line,
     load_config,
@@ -1172,24 +1173,31 @@ def _insertion_index(
     return index
 
 
-_INDEX_LIKE = r"(?:\d|int\(|[\w.]*(?:rank|gpu|gpu_id|gpu_index|device_id|device_index)\b)"
-# Every rewrite and every report needs one of these in the text (or a name imported in
-# another notebook cell that stands for a torch.cuda name): text without any is left as is
-# without walking its tree.
-_TRIGGER = re.compile(
-    r"cuda|nccl|pin_memory|device_ids|output_device"
-    rf"|\.to\(\s*{_INDEX_LIKE}|device\s*=\s*{_INDEX_LIKE}",
-    re.IGNORECASE,
+# The rules whose findings the rewriter can act on. A text whose findings hold none of these
+# (outside guarded code and the lines the rewrite leaves as they are) is not rewritten, so
+# it is never parsed by libcst, the slow half of a fix.
+REWRITTEN_RULES: frozenset[str] = frozenset(
+    {
+        "cuda-amp",
+        "cuda-device-string",
+        "cuda-method",
+        "nccl-backend",
+        "pin-memory",
+        "torch-cuda-call",
+    }
 )
 
 
-def _may_need_fixing(source: str, aliases: dict[str, str]) -> bool:
-    """False when no rewrite or report can apply to `source` (a cheap text test)."""
-    if _TRIGGER.search(source):
-        return True
+def _may_be_rewritten(findings: Sequence[Finding]) -> bool:
+    """True when a finding may be rewritten, or the text does not parse (libcst says why)."""
     return any(
-        "cuda" in full and re.search(rf"\b{re.escape(local)}\b", source)
-        for local, full in aliases.items()
+        finding.rule == "syntax-error"
+        or (
+            finding.rule in REWRITTEN_RULES
+            and finding.severity != GUARDED
+            and not _left_behind(finding)
+        )
+        for finding in findings
     )
 
 
@@ -1272,6 +1280,7 @@ def fresh_device_name(source: str) -> str:
     return name
 
 
+@cycle_collection_paused()  # libcst's trees hold no cycles either
 def _rewrite(
     source: str,
     *,
@@ -1288,6 +1297,11 @@ def _rewrite(
     `fresh_line` does the same for `fresh_device` (default: `fresh_device_name(source)`),
     which `fresh_everywhere` uses in every scope that binds no `device` too;
     `bound_elsewhere`: "torch" / "device" when other cells of the notebook bind them."""
+    config = config or AuditConfig()
+    if "always" not in (device_line, fresh_line):
+        findings = _audit_with_imports(source, aliases_elsewhere or {})
+        if not _may_be_rewritten(findings):
+            return FixResult(original=source, fixed=source, left=_left(source, findings, config))
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as error:
@@ -1296,15 +1310,7 @@ def _rewrite(
         ) from error
     except (RecursionError, MemoryError) as error:
         raise FixInputError(f"cannot parse: {type(error).__name__}") from error
-    config = config or AuditConfig()
     fresh_device = fresh_device or fresh_device_name(source)
-    if (
-        not _may_need_fixing(source, aliases_elsewhere or {})
-        and device_line != "always"
-        and fresh_line != "always"
-    ):
-        findings = _audit_with_imports(source, aliases_elsewhere or {})
-        return FixResult(original=source, fixed=source, left=_left(source, findings, config))
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     facts = _ModuleFacts()
     module.visit(facts)
