@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import textwrap
 from pathlib import Path
@@ -133,3 +134,15 @@ def test_a_slow_notebook_fails_the_run(pytester: pytest.Pytester) -> None:
     slow.stdout.fnmatch_lines(["*slow.ipynb  OVER BUDGET*"])
     fast = pytester.runpytest_inprocess("-p", "notebook_time_budget", "--notebook-budget", "5")
     assert fast.ret == pytest.ExitCode.OK
+
+
+def test_audit_speed_reports_each_tool_against_ast_parse(tmp_path: Path) -> None:
+    package = tmp_path / "package"
+    package.mkdir()
+    (package / "train.py").write_text("import torch\nx = torch.ones(1).cuda()\n" * 50)
+    (package / "plain.py").write_text("y = 1\n" * 50)
+    tree_line, audit_line, diff_line = executor.audit_speed([package], runs=1)
+    assert "`package` (2 files, 150 lines)" in tree_line
+    for line, goal in ((audit_line, "1.0x"), (diff_line, "3.0x")):
+        assert re.search(rf"x `ast.parse` \((meets|misses) the goal of {re.escape(goal)}\)", line)
+    assert (package / "train.py").read_text().count(".cuda()") == 50  # --diff writes nothing
