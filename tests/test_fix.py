@@ -936,3 +936,57 @@ def test_text_with_something_to_rewrite_is_rewritten(monkeypatch: pytest.MonkeyP
 def test_text_that_does_not_parse_is_still_refused_with_its_line() -> None:
     with pytest.raises(fix.FixInputError, match=r"cannot parse \(line 2\)"):
         fix.fix_source("x = 1\ndef f(:\n")
+
+
+# --------------------------------------------------------------------------------------------
+# A positional backend, the layout of an edited call, the module docstring
+
+
+@pytest.mark.parametrize(
+    ("call", "fixed"),
+    [
+        ('"nccl", "env://"', 'init_method="env://"'),
+        ('"nccl", "env://", t, 2, rank=r', 'init_method="env://", timeout=t, world_size=2, rank=r'),
+        ('"nccl", init_method="env://"', 'init_method="env://"'),
+        ('init_method="env://", backend="nccl"', 'init_method="env://"'),
+    ],
+)
+def test_dropping_a_positional_nccl_names_the_arguments_after_it(call: str, fixed: str) -> None:
+    result = fix.fix_source(f"import torch.distributed as dist\ndist.init_process_group({call})\n")
+    assert result.fixed.splitlines()[1] == f"dist.init_process_group({fixed})"
+    assert [change.rule for change in result.changes] == ["nccl-backend"]
+    assert not result.left
+
+
+@pytest.mark.parametrize("call", ['"nccl", *rest', '"nccl", a, b, c, d, e, f, g'])
+def test_a_positional_nccl_whose_followers_cannot_be_named_is_left_and_reported(call: str) -> None:
+    source = f"import torch.distributed as dist\ndist.init_process_group({call})\n"
+    result = fix.fix_source(source)
+    assert result.fixed == source
+    assert [(item.line, item.rule) for item in result.left] == [(2, "nccl-backend")]
+
+
+@pytest.mark.parametrize(
+    ("call", "fixed"),
+    [
+        (
+            '(\n    "nccl",\n    "tcp://a:1",\n    t,\n)',
+            '(\n    init_method="tcp://a:1",\n    timeout=t,\n)',
+        ),
+        ('(\n    init_method="env://",\n    backend="nccl",\n)', '(\n    init_method="env://",\n)'),
+        ('(init_method="env://",  backend="nccl")', '(init_method="env://")'),
+    ],
+)
+def test_an_edited_call_keeps_its_layout(call: str, fixed: str) -> None:
+    result = fix.fix_source(f"import torch.distributed as dist\ndist.init_process_group{call}\n")
+    assert result.fixed == f"import torch.distributed as dist\ndist.init_process_group{fixed}\n"
+
+
+@pytest.mark.parametrize(
+    "head", ['"""Train a model."""\n', '"""Train a model."""\nfrom __future__ import annotations\n']
+)
+def test_the_module_docstring_stays_first(head: str) -> None:
+    result = fix.fix_source(f"{head}x = torch.ones(1).cuda()\n")
+    assert result.fixed.startswith(f"{head}import torch\n")
+    assert ast.get_docstring(ast.parse(result.fixed)) == "Train a model."
+    assert result.fixed.index("device = (") > result.fixed.index("import torch\n")

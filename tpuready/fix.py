@@ -967,14 +967,22 @@ class _Rewriter(cst.CSTTransformer):
             positional_after = before.keyword is None and any(
                 other.keyword is None for other in original.args[1:]
             )
-            if is_nccl and not positional_after:
+            if is_nccl and positional_after:
+                named = _named_after_the_backend(original.args[1:], updated.args[1:])
+                if named is None:  # `*args`, or more positionals than parameters: left
+                    return updated
+                self._change(value, "nccl-backend", f"dropped backend {self._code(value)}")
+                keep += named
+                break
+            if is_nccl:
                 self._change(value, "nccl-backend", f"dropped backend {self._code(value)}")
                 continue
-            keep.append(after)  # any other backend, or nccl before a positional: left
+            keep.append(after)  # any other backend: left
         if len(keep) == len(updated.args):
             return updated
-        if keep:
-            keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        if keep and keep[-1] is not updated.args[-1]:
+            # The last argument was dropped: its comma (and a line break) ends the call.
+            keep[-1] = keep[-1].with_changes(comma=updated.args[-1].comma)
         return updated.with_changes(args=keep)
 
     def _fix_first_argument(
@@ -1122,6 +1130,32 @@ _DEVICE_KEYWORDS = {
     "device_map": False,
 }
 _RANK_LIKE_NAME = re.compile(r"(?:^|_)(?:rank|gpu|gpu_id|gpu_index|device_id|device_index)$")
+
+
+# `init_process_group`'s parameters after `backend`, in order (torch 2.13).
+_AFTER_THE_BACKEND = ("init_method", "timeout", "world_size", "rank", "store", "group_name")
+
+
+def _named_after_the_backend(
+    originals: Sequence[cst.Arg], updated: Sequence[cst.Arg]
+) -> list[cst.Arg] | None:
+    """The arguments after `init_process_group`'s positional backend, each positional one
+    given its parameter's name, so that dropping the backend moves none of them; None where
+    that cannot be done."""
+    named: list[cst.Arg] = []
+    for position, (before, after) in enumerate(zip(originals, updated, strict=True)):
+        if before.star or (before.keyword is None and position >= len(_AFTER_THE_BACKEND)):
+            return None
+        if before.keyword is None:
+            after = after.with_changes(
+                keyword=cst.Name(_AFTER_THE_BACKEND[position]),
+                equal=cst.AssignEqual(
+                    whitespace_before=cst.SimpleWhitespace(""),
+                    whitespace_after=cst.SimpleWhitespace(""),
+                ),
+            )
+        named.append(after)
+    return named
 
 
 def _is_true(node: cst.BaseExpression) -> bool:
