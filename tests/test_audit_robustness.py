@@ -317,6 +317,26 @@ def test_pyproject_skips_rules_and_excludes_paths(tmp_path: Path) -> None:
     assert unconfigured.stdout.splitlines()[-1].startswith("4 findings in 3 files")
 
 
+@pytest.mark.parametrize(
+    ("patterns", "scanned"),
+    [
+        (["vendor/"], ["app.py", "src/vendor.py"]),  # a trailing slash names folders only
+        (["/src/*.py"], ["app.py", "vendor/lib.py"]),  # a leading slash anchors at the root
+        (["*.py", "!app.py"], ["app.py"]),  # `!` takes a path back; the last match wins
+        (["**/lib.py"], ["app.py", "src/vendor.py"]),
+    ],
+)
+def test_exclude_patterns_follow_gitignore_rules(
+    patterns: list[str], scanned: list[str], tmp_path: Path
+) -> None:
+    (tmp_path / "pyproject.toml").write_text(f"[tool.tpuready]\nexclude = {json.dumps(patterns)}\n")
+    for name in ("app.py", "src/vendor.py", "vendor/lib.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(CUDA_LINE)
+    found = {Path(f.path).relative_to(tmp_path).as_posix() for f in audit.audit_source(tmp_path)}
+    assert sorted(found) == scanned
+
+
 def test_a_bad_pyproject_table_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[tool.tpuready]\nskip = ["no-such-rule"]\n')
     (tmp_path / "a.py").write_text(CUDA_LINE)
@@ -415,3 +435,38 @@ def test_a_file_too_large_to_audit_is_counted_and_fails_the_exit_status(tmp_path
         stdout.getvalue().splitlines()[-1] == "0 findings (2 files scanned, 1 skipped: too large)"
     )
     assert audit.run_audit(tmp_path, use_config=False).files_skipped == 1
+
+
+NBFORMAT_3 = {
+    "nbformat": 3,
+    "nbformat_minor": 0,
+    "metadata": {},
+    "worksheets": [
+        {
+            "metadata": {},
+            "cells": [
+                {"cell_type": "markdown", "source": "# Title", "metadata": {}},
+                {
+                    "cell_type": "code",
+                    "input": "import torch\nx = torch.ones(1).cuda()",
+                    "language": "python",
+                    "outputs": [],
+                    "metadata": {},
+                },
+            ],
+        }
+    ],
+}
+
+
+def test_an_nbformat_3_notebook_is_upgraded_and_audited(tmp_path: Path) -> None:
+    path = tmp_path / "old.ipynb"
+    path.write_text(json.dumps(NBFORMAT_3))
+    assert [(f.cell, f.line, f.rule) for f in audit.audit_notebook(path)] == [(1, 2, "cuda-method")]
+
+
+def test_a_notebook_of_another_version_names_the_conversion(tmp_path: Path) -> None:
+    path = tmp_path / "odd.ipynb"
+    path.write_text(json.dumps({"nbformat": 2, "worksheets": []}))
+    with pytest.raises(audit.AuditInputError, match=r"\(nbformat 2\); convert it with `jupyter"):
+        audit.audit_notebook(path)

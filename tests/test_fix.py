@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import io
+import json
 import operator
 import os
 import re
@@ -990,3 +991,31 @@ def test_the_module_docstring_stays_first(head: str) -> None:
     assert result.fixed.startswith(f"{head}import torch\n")
     assert ast.get_docstring(ast.parse(result.fixed)) == "Train a model."
     assert result.fixed.index("device = (") > result.fixed.index("import torch\n")
+
+
+def test_an_nbformat_3_notebook_is_refused_not_converted(tmp_path: Path) -> None:
+    from test_audit_robustness import NBFORMAT_3
+
+    path = tmp_path / "old.ipynb"
+    path.write_text(json.dumps(NBFORMAT_3))
+    with pytest.raises(fix.FixInputError, match=r"nbformat 3\); convert it with"):
+        fix.fix_notebook(path)
+
+
+def test_a_fixed_notebook_is_written_as_jupyter_saves_it(tmp_path: Path) -> None:
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_markdown_cell("# Été"),
+        nbformat.v4.new_code_cell("import torch"),
+        nbformat.v4.new_code_cell("x = torch.ones(1).cuda()\ny = 2"),
+    ]
+    path = tmp_path / "lesson.ipynb"
+    nbformat.write(notebook, path)
+    fixed = fix.fix_notebook(path).fixed
+    reread = nbformat.reads(fixed, as_version=4)
+    nbformat.validate(reread)
+    assert nbformat.writes(reread) + "\n" == fixed  # byte for byte what Jupyter would save
+    assert [cell.id for cell in reread.cells] == [cell.id for cell in notebook.cells]
+    assert reread.cells[0] == notebook.cells[0]
+    assert "x = torch.ones(1).to(device)" in reread.cells[2].source
+    assert "Été" in fixed  # not escaped, as Jupyter writes it

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import fnmatch
+import functools
 import gc
 import io
 import json
@@ -25,6 +25,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import nbformat
+import pathspec
 
 __all__ = [
     "CUDA_ON_PURPOSE_TAG",
@@ -263,20 +266,39 @@ def python_of_ipython(source: str) -> str:
     )
 
 
-def read_notebook_cells(path: Path) -> list[NotebookCell]:
-    """The code cells of an nbformat 4 notebook; any other shape is an AuditInputError."""
+def load_notebook(text: str | bytes, path: Path, *, upgrade: bool = True) -> dict[str, Any]:
+    """A notebook's JSON, as a dict with a `cells` list; nbformat 3 is upgraded to 4 in memory
+    by nbformat's converter when `upgrade`. Any other shape is an AuditInputError naming the
+    file and the fix. Version 4 is not passed through nbformat's reader: it refuses a whole
+    notebook for one odd cell (metadata that is a list), where the audit reports the rest."""
+    convert = f"convert it with `jupyter nbconvert --to notebook --nbformat 4 {path.name}`"
     try:
-        notebook = json.loads(path.read_bytes())
-    except OSError as error:
-        raise AuditInputError(f"cannot read {path}: {error.strerror or error}") from error
+        notebook = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise AuditInputError(f"{path} is not a notebook: invalid JSON ({error})") from error
+    version = notebook.get("nbformat") if isinstance(notebook, dict) else None
+    if version == 3 and upgrade:
+        try:
+            notebook = nbformat.convert(nbformat.from_dict(notebook), 4)
+        except Exception as error:  # nbformat's converters raise whatever the input provokes
+            raise AuditInputError(
+                f"{path}: cannot read this nbformat 3 notebook; {convert}"
+            ) from error
     cells = notebook.get("cells") if isinstance(notebook, dict) else None
     if not isinstance(cells, list):
-        raise AuditInputError(
-            f"{path} is not an nbformat 4 notebook (no 'cells' list); convert it with "
-            f"`jupyter nbconvert --to notebook --nbformat 4`"
-        )
+        shown = f"nbformat {version}" if version is not None else "no 'cells' list"
+        raise AuditInputError(f"{path} is not an nbformat 4 notebook ({shown}); {convert}")
+    return notebook
+
+
+def read_notebook_cells(path: Path) -> list[NotebookCell]:
+    """The code cells of an nbformat 4 notebook (3 is upgraded); any other shape is an
+    AuditInputError."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise AuditInputError(f"cannot read {path}: {error.strerror or error}") from error
+    cells = load_notebook(data, path)["cells"]
     code_cells = [
         cell for cell in cells if isinstance(cell, dict) and cell.get("cell_type") == "code"
     ]
@@ -376,32 +398,28 @@ def find_source_files_and_unreadable(
 
 @dataclass(frozen=True)
 class AuditConfig:
-    """`[tool.tpuready]`: `skip` (rule ids never reported) and `exclude` (glob patterns of files
-    and folders never scanned: with a slash, relative to the folder of the pyproject.toml;
-    without one, a name at any depth, as in .gitignore)."""
+    """`[tool.tpuready]`: `skip` (rule ids never reported) and `exclude` (files and folders
+    never scanned, as .gitignore patterns relative to the folder of the pyproject.toml)."""
 
     skip: frozenset[str] = frozenset()
     exclude: tuple[str, ...] = ()
     root: Path | None = None
     source: str = field(default="", compare=False)
 
+    @functools.cached_property
+    def _exclude_spec(self) -> pathspec.GitIgnoreSpec:
+        return pathspec.GitIgnoreSpec.from_lines(self.exclude)
+
     def excludes(self, path: Path) -> bool:
-        """True when `path` matches an `exclude` pattern (the file or one of its folders)."""
+        """True when `path` (or one of its folders) matches the `exclude` patterns, read with
+        .gitignore's rules by `pathspec`: `!pattern` takes a path back, `dir/` names folders."""
         if not self.exclude or self.root is None:
             return False
         try:
             relative = _identity(path).relative_to(self.root)
         except ValueError:
             return False
-        parts = relative.parts
-        prefixes = ["/".join(parts[: end + 1]) for end in range(len(parts))]
-        for pattern in self.exclude:
-            pattern = pattern.strip("/")
-            # Like .gitignore: a pattern without a slash matches a name at any depth.
-            candidates = prefixes if "/" in pattern else parts
-            if any(fnmatch.fnmatch(candidate, pattern) for candidate in candidates):
-                return True
-        return False
+        return self._exclude_spec.match_file(relative.as_posix())
 
 
 def _find_pyproject(start: Path) -> Path | None:

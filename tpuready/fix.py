@@ -58,7 +58,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
-import json
 import os
 import re
 import sys
@@ -68,6 +67,7 @@ from pathlib import Path
 from typing import TextIO
 
 import libcst as cst
+import nbformat
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from tpuready.accelerator_api import CUDA_TO_ACCELERATOR
@@ -89,6 +89,7 @@ from tpuready.audit_sources import (
     find_source_files_and_unreadable,
     ignored_rules_by_line,
     load_config,
+    load_notebook,
     python_of_cell,
     python_of_ipython,
     read_python_and_encoding,
@@ -1552,13 +1553,11 @@ def fix_notebook(
     config = config or AuditConfig()
     notebook_path = Path(path)
     text, _ = _read_text(notebook_path)
-    try:
-        notebook = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise FixInputError(f"{notebook_path}: not a notebook: invalid JSON ({error})") from error
-    cells = notebook.get("cells") if isinstance(notebook, dict) else None
-    if not isinstance(cells, list):
-        raise FixInputError(f"{notebook_path}: not an nbformat 4 notebook (no 'cells' list)")
+    try:  # an nbformat 3 notebook is refused: writing it back as 4 would convert it unasked
+        notebook = load_notebook(text, notebook_path, upgrade=False)
+    except AuditInputError as error:
+        raise FixInputError(str(error)) from error
+    cells = notebook["cells"]
     code_cells = [
         cell for cell in cells if isinstance(cell, dict) and cell.get("cell_type") == "code"
     ]
@@ -1658,7 +1657,7 @@ def fix_notebook(
     cell_results = tuple(sorted(results.items()))
     fixed = text
     if any(result.changed for _, result in cell_results):
-        fixed = json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
+        fixed = nbformat.v4.writes(nbformat.from_dict(notebook)) + "\n"  # as Jupyter saves
     return NotebookFixResult(text, fixed, cell_results, tuple(skipped))
 
 
