@@ -1,0 +1,1000 @@
+"""The audit's rules: one check function each, and `RULE_TABLE`, where each rule is written
+once (id, severity, description, node types, check, advice). Adding a rule means a check
+here, its row in the table, and its fixture in `tests/fixtures/audit/`; `RULES`, the
+module docstring of `tpuready.audit` and `--fix`'s view of the rules all come from the table."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from tpuready.accelerator_api import equivalent_for
+from tpuready.audit_sources import (
+    MAX_FILE_BYTES,
+)
+from tpuready.audit_syntax import (
+    _BACKEND_CALLS,
+    _CUDA_PROBES,
+    _CUDA_TENSOR_TYPE,
+    _DDP_NAMES,
+    _DEVICE_DICT_KEYS,
+    _DEVICE_FIRST_ARGUMENT,
+    _DEVICE_KEYWORDS,
+    _ENVIRON_CALLS,
+    _EXTRA_EQUIVALENTS,
+    _FALLBACKS,
+    _FLOAT64_NAMES,
+    _GUARD_ADVICE,
+    _INFERENCE_MODE_NAMES,
+    _PROBE_ADVICE,
+    _RANK_LIKE_NAME,
+    CHOOSE_DEVICE,
+    MUST_CHANGE,
+    NOTE,
+    OFF_CUDA_BRANCH,
+    ONE_DEVICE_PER_PROCESS,
+    _choices_are_not_devices,
+    _device_choice,
+    _dotted_parts,
+    _is_cuda_device_text,
+    _is_false,
+    _is_nccl,
+    _is_true,
+    _last_name,
+    _names_the_cpu,
+    _rank_index,
+    _shown,
+    _string_value,
+    per_rank_advice,
+)
+
+if TYPE_CHECKING:
+    from tpuready.audit_walker import _Auditor
+
+# --------------------------------------------------------------------------------------------
+# The rules: one check function each, registered in RULE_TABLE below
+
+
+def _check_cuda_method(audit: _Auditor, call: ast.Call) -> None:
+    func = call.func
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr == "cuda"
+        and audit.qualify(func) != "torch.cuda"
+    ):
+        index = next(
+            (
+                argument.value if isinstance(argument, ast.keyword) else argument
+                for argument in [*call.args, *call.keywords]
+                if not isinstance(argument, ast.keyword) or argument.arg == "device"
+            ),
+            None,
+        )
+        if index is None:
+            audit.report(
+                "cuda-method", func, "`.cuda()` moves to a CUDA GPU only", at_attribute=True
+            )
+            return
+        shown = _shown(index, 30)
+        # `.cuda(0)`: the first GPU, one device per script, chosen once.
+        where = f"device = {CHOOSE_DEVICE}" if shown == "0" else per_rank_advice(shown)
+        audit.report(
+            "cuda-method",
+            func,
+            f"`.cuda({shown})` moves to CUDA GPU {shown} only; {ONE_DEVICE_PER_PROCESS}",
+            f".to(device), where {where}",
+            at_attribute=True,
+        )
+
+
+def _check_cuda_amp(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:
+    name = audit.current_name
+    if name is None or not (name == "torch.cuda.amp" or name.startswith("torch.cuda.amp.")):
+        return
+    member = name.removeprefix("torch.cuda.")
+    entry = equivalent_for(member) if member != "amp" else None
+    if entry is not None:
+        suggestion = entry.replacement + (f" ({entry.note})" if entry.note else "")
+    elif member == "amp":
+        suggestion = "torch.amp, with device_type=device.type"
+    else:
+        suggestion = f"torch.{member}, with device_type=device.type"
+    audit.report("cuda-amp", node, f"`{name}` is CUDA-only (and deprecated)", suggestion)
+
+
+_TENSOR_TYPE_DTYPES: Mapping[str, str] = MappingProxyType(
+    {
+        "FloatTensor": "torch.float32",
+        "DoubleTensor": "torch.float64",
+        "HalfTensor": "torch.float16",
+        "BFloat16Tensor": "torch.bfloat16",
+    }
+)
+
+
+def _default_type_advice(type_name: str) -> str:
+    """`set_default_tensor_type(torch.cuda.HalfTensor)` sets a device and a dtype: two calls."""
+    dtype = _TENSOR_TYPE_DTYPES.get(type_name.rsplit(".", 1)[-1], "...")
+    return (
+        f"torch.set_default_device(device) and torch.set_default_dtype({dtype}) "
+        "(set_default_dtype takes floating-point types only)"
+    )
+
+
+def _check_cuda_tensor_type(audit: _Auditor, node: ast.AST) -> None:
+    if isinstance(node, ast.Call):
+        if _last_name(node.func) in {"set_default_tensor_type", "type"} and node.args:
+            argument = node.args[0]
+            if isinstance(argument, ast.Name | ast.Attribute):
+                name = audit.qualify(argument)
+                if (
+                    name is not None
+                    and _CUDA_TENSOR_TYPE.fullmatch(name)
+                    and _last_name(node.func) == "set_default_tensor_type"
+                ):
+                    audit.report(
+                        "cuda-tensor-type",
+                        argument,
+                        f"`{name}` is a CUDA-only tensor type",
+                        _default_type_advice(name),
+                    )
+                return
+            text = _string_value(argument)
+            if text is not None and _CUDA_TENSOR_TYPE.fullmatch(text):
+                audit.report(
+                    "cuda-tensor-type",
+                    node.args[0],
+                    f"{text!r} is a CUDA-only tensor type",
+                    _default_type_advice(text)
+                    if _last_name(node.func) == "set_default_tensor_type"
+                    else ".to(device, dtype)",
+                )
+        return
+    name = audit.current_name
+    if name is not None and _CUDA_TENSOR_TYPE.fullmatch(name):
+        audit.report(
+            "cuda-tensor-type",
+            node,
+            f"`{name}` is a CUDA-only tensor type",
+            "torch.tensor(..., dtype=..., device=device) (or torch.empty with dtype and device)",
+        )
+
+
+def _check_profiler_activity(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:
+    name = audit.current_name
+    if name is not None and name.endswith("ProfilerActivity.CUDA"):
+        audit.report("cuda-profiler-activity", node, f"`{name}` profiles CUDA kernels only")
+
+
+def _check_cuda_test_fallback(audit: _Auditor, node: ast.If | ast.IfExp) -> None:
+    """A CUDA check with no `torch.cuda` name in it (`x.is_cuda`, `device.type == "cuda"`,
+    `torch.version.cuda`) whose other branch falls back to the CPU, exits or picks float16: a
+    TPU takes that branch. (A `torch.cuda` probe gets the same mark from `torch-cuda-call`.)"""
+    polarity = audit.is_cuda_test(node.test)
+    if polarity is None:
+        return
+    for inner in ast.walk(node.test):
+        if isinstance(inner, ast.Name | ast.Attribute):
+            name = audit.qualify(inner) or ""
+            if name == "torch.cuda" or name.startswith("torch.cuda."):
+                return
+    chosen = node.body if polarity else node.orelse
+    statements = chosen if isinstance(chosen, list) else [chosen]
+    if any(  # a device choice (`"cuda" if use_cuda else "cpu"`) is reported as the choice
+        _device_choice(statement.value if isinstance(statement, ast.Assign) else statement)
+        for statement in statements
+        if isinstance(statement, ast.Assign | ast.expr)
+    ):
+        return
+    fallback = audit.fallback_of(node, polarity)
+    if fallback is None:
+        return
+    audit.report(
+        "cuda-test-fallback",
+        node.test,
+        f"`{_shown(node.test)}` sends a TPU down {OFF_CUDA_BRANCH}, which {_FALLBACKS[fallback]}",
+    )
+
+
+def _check_torch_cuda(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:
+    name = audit.current_name
+    if name is None or not (name == "torch.cuda" or name.startswith("torch.cuda.")):
+        return
+    if name.startswith("torch.cuda.amp") or _CUDA_TENSOR_TYPE.fullmatch(name):
+        return
+    if name == "torch.cuda":
+        audit.report(
+            "torch-cuda-call",
+            node,
+            "the module `torch.cuda` held as a value works on CUDA GPUs only",
+            "torch.get_device_module(device) (or call torch.accelerator.* directly)",
+        )
+        return
+    member = name.removeprefix("torch.cuda.")
+    message = f"`{name}` works on CUDA GPUs only"
+    extra = _EXTRA_EQUIVALENTS.get(member)
+    if extra is not None:
+        audit.report("torch-cuda-call", node, message, extra)
+        return
+    entry = equivalent_for(member)
+    if entry is None:
+        audit.report(
+            "torch-cuda-call",
+            node,
+            message,
+            f"no entry in tpuready.accelerator_api: look under torch.accelerator, {_GUARD_ADVICE}",
+        )
+        return
+    if entry.refused_by_torch_tpu:
+        message += f" (and `torch.tpu.{entry.name}` raises in TorchTPU 0.2.0)"
+    audit.report(
+        "torch-cuda-call",
+        node,
+        message,
+        entry.replacement + (f" ({entry.note})" if entry.note else ""),
+    )
+
+
+def _setting_suggestion(setting: str, value: ast.AST | None) -> str:
+    """Advice for `torch.backends.cudnn.X = value` / `torch.backends.cuda.X = value` that
+    follows the value being assigned."""
+    shown = _shown(value) if value is not None else "..."
+    if setting == "deterministic":
+        if value is not None and _is_false(value):
+            return (
+                "remove it: non-deterministic algorithms are already allowed by default "
+                "(torch.use_deterministic_algorithms(False) is the backend-neutral spelling)"
+            )
+        argument = "True" if value is None else shown
+        return (
+            f"torch.use_deterministic_algorithms({argument}), the backend-neutral switch; it is "
+            "stricter than the cuDNN flag: ops with no deterministic kernel raise (the CUDA "
+            "backward of AdaptiveAvgPool2d, for one), and warn_only=True reports them instead"
+        )
+    if setting == "benchmark":
+        return (
+            "keep it: cuDNN autotuning picks CUDA convolution kernels, and has no TPU "
+            "counterpart to ask for"
+        )
+    if setting == "allow_tf32":
+        if value is not None and _is_true(value):
+            return (
+                "keep it (PyTorch's default): it lets cuDNN convolutions use TF32 on CUDA "
+                "and does nothing on a TPU; torch.set_float32_matmul_precision does not touch "
+                "convolutions"
+            )
+        return (
+            'keep it, under `if device.type == "cuda":`: it governs cuDNN convolutions only, '
+            "and torch.set_float32_matmul_precision does not touch convolutions; on TorchTPU "
+            "ask for full float32 with torch.tpu.precision(torch.tpu.Precision.HIGHEST)"
+        )
+    if setting == "matmul.allow_tf32":
+        if value is not None and _is_false(value):
+            return (
+                'torch.set_float32_matmul_precision("highest"): full float32 matmuls on CUDA '
+                "(TF32 off, its default) and on TorchTPU (six bf16 passes; its default is one)"
+            )
+        if value is not None and not _is_true(value):
+            return f'torch.set_float32_matmul_precision("high" if {shown} else "highest")'
+        return (
+            "keep it: it turns TF32 on for CUDA matmuls and does nothing on a TPU, whose "
+            "float32 matmuls are one bf16 pass by default. Do not port it to "
+            'torch.set_float32_matmul_precision("high") unconditionally: on TorchTPU "high" '
+            "means three bf16 passes per matmul, slower, where the original line did nothing"
+        )
+    if setting == "enabled":
+        return "keep it: it switches cuDNN on CUDA GPUs and does nothing elsewhere"
+    if setting == "sdp_kernel":
+        return "torch.nn.attention.sdpa_kernel(...), " + _GUARD_ADVICE
+    return f"remove it, {_GUARD_ADVICE}"
+
+
+# `torch.backends.cuda` calls that only choose among CUDA kernels: nothing to lose elsewhere.
+# (Not the SDPA switches: `enable_math_sdp(False)` and `sdp_kernel(enable_math=False)` also
+# turn off the CPU's attention kernel, so they stay must-change.)
+_CUDA_KERNEL_CHOICES = frozenset({"preferred_linalg_library", "preferred_blas_library"})
+
+
+def _harmless_off_cuda(setting: str, value: ast.AST) -> bool:
+    """Whether `torch.backends.cudnn/cuda.<setting> = value` loses nothing the script asked for
+    on a TPU: the flag is only read by CUDA kernels, and a TPU already does what it asks (speed
+    over precision, or no cuDNN). A request for determinism or for full float32 precision is
+    lost there, and stays must-change."""
+    if setting in {"benchmark", "enabled"}:
+        return True  # autotuning and the cuDNN switch: CUDA kernels only, no result changes
+    if setting in {"allow_tf32", "matmul.allow_tf32"}:
+        return _is_true(value)  # TF32 allowed: a TPU's default float32 matmul is coarser still
+    if setting == "deterministic":
+        return _is_false(value)  # non-determinism allowed: the default everywhere
+    return False
+
+
+def _check_backend_setting(
+    audit: _Auditor, node: ast.AST, prefix: str, rule: str, what: str
+) -> None:
+    if isinstance(node, ast.Assign):
+        for target in node.targets:
+            name = audit.qualify(target) if isinstance(target, ast.Attribute) else None
+            if name is not None and name.startswith(prefix):
+                setting = name.removeprefix(prefix)
+                harmless = _harmless_off_cuda(setting, node.value)
+                audit.report(
+                    rule,
+                    target,
+                    f"`{name}` {what}"
+                    + (
+                        " (off CUDA it does nothing and loses nothing asked for: a note)"
+                        if harmless
+                        else ""
+                    ),
+                    _setting_suggestion(setting, node.value),
+                    severity=NOTE if harmless else None,
+                )
+        return
+    name = audit.current_name
+    if name is not None and name.removeprefix(prefix) in _CUDA_KERNEL_CHOICES:
+        audit.report(
+            rule,
+            node,
+            f"`{name}` picks among CUDA's own kernels (off CUDA it does nothing and loses "
+            "nothing asked for: a note)",
+            "keep it: a TPU has no such libraries to choose",
+            severity=NOTE,
+        )
+    elif name is not None and name.startswith(prefix) and name not in _CUDA_PROBES:
+        audit.report(
+            rule, node, f"`{name}` {what}", _setting_suggestion(name.removeprefix(prefix), None)
+        )
+    elif name in _CUDA_PROBES and name is not None and name.startswith(prefix):
+        audit.report(rule, node, f"`{name}` {what}", _PROBE_ADVICE)
+
+
+def _check_cudnn_setting(audit: _Auditor, node: ast.AST) -> None:
+    _check_backend_setting(
+        audit, node, "torch.backends.cudnn.", "cudnn-setting", "configures cuDNN, a CUDA library"
+    )
+
+
+def _check_cuda_backend_setting(audit: _Auditor, node: ast.AST) -> None:
+    _check_backend_setting(
+        audit, node, "torch.backends.cuda.", "cuda-backend-setting", "configures CUDA kernels only"
+    )
+
+
+def _check_device_string(audit: _Auditor, node: ast.AST) -> None:
+    if isinstance(node, ast.Call):
+        name = audit.qualify(node.func)
+        method = node.func.attr if isinstance(node.func, ast.Attribute) else None
+        if method == "to":
+            for argument in node.args:
+                audit.check_device_value(argument, as_type=False)
+        if name in _DEVICE_FIRST_ARGUMENT and node.args:
+            audit.check_device_value(node.args[0], as_type=_DEVICE_FIRST_ARGUMENT[name])
+        if name == "torch.device" and len(node.args) == 2:  # torch.device(device_type, rank)
+            index = _rank_index(node.args[1])
+            if index is not None and _string_value(node.args[0]) is None:
+                audit.report(
+                    "set-device-index",
+                    node,
+                    f"`{_shown(node)}` names the device at the rank's own index; "
+                    f"{ONE_DEVICE_PER_PROCESS}",
+                    per_rank_advice(index),
+                )
+        not_devices = _choices_are_not_devices(node)
+        for keyword in node.keywords:
+            if keyword.arg in _DEVICE_KEYWORDS and not (keyword.arg == "default" and not_devices):
+                if keyword.arg == "map_location" and isinstance(keyword.value, ast.Dict):
+                    values = [*keyword.value.keys, *keyword.value.values]
+                    if any(v is not None and _is_cuda_device_text(v) for v in values):
+                        audit.report(
+                            "cuda-device-string",
+                            keyword.value,
+                            f"map_location {_shown(keyword.value)} names CUDA GPUs only",
+                            f"map_location=device, where {CHOOSE_DEVICE}",
+                        )
+                    continue
+                audit.check_device_value(keyword.value, as_type=_DEVICE_KEYWORDS[keyword.arg])
+            elif keyword.arg == "type" and name == "torch.device":
+                audit.check_device_value(keyword.value, as_type=False)
+    elif isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        names = {_last_name(target) for target in targets}
+        as_type = any("type" in name for name in names) or bool(
+            names & audit.facts.device_type_names
+        )
+        if node.value is not None:
+            audit.check_device_value(node.value, as_type=as_type)
+    elif isinstance(node, ast.Return):
+        if node.value is not None:
+            audit.check_device_value(node.value, as_type=False)
+    elif isinstance(node, ast.Dict):
+        for key, value in zip(node.keys, node.values, strict=True):
+            key_text = _string_value(key) if key is not None else None
+            if key_text in _DEVICE_DICT_KEYS:
+                audit.check_device_value(value, as_type=key_text == "device_type")
+    elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        for default in [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]:
+            audit.check_device_value(default, as_type=False)
+
+
+# Tensor factories whose pin_memory=True allocates pinned memory at once (it raises with no
+# accelerator); any other callee is taken for a loader, which pins per batch when it can.
+_TENSOR_FACTORIES = frozenset(
+    f"torch.{name}"
+    for name in (
+        "empty",
+        "zeros",
+        "ones",
+        "full",
+        "tensor",
+        "as_tensor",
+        "rand",
+        "randn",
+        "randint",
+        "arange",
+        "empty_like",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "empty_strided",
+    )
+)
+
+
+def _check_pin_memory(audit: _Auditor, call: ast.Call) -> None:
+    for keyword in call.keywords:
+        if keyword.arg == "pin_memory" and _is_true(keyword.value):
+            if (audit.qualify(call.func) or "") not in _TENSOR_FACTORIES:
+                audit.report(
+                    "pin-memory",
+                    keyword,
+                    "a loader's pin_memory=True (a DataLoader's) pins for the current "
+                    "accelerator (a TPU too); on a machine with none it pins nothing and warns: "
+                    "a note",
+                    severity=NOTE,
+                )
+            else:
+                audit.report(
+                    "pin-memory",
+                    keyword,
+                    "pin_memory=True allocates pinned memory, which raises on a machine with "
+                    "no accelerator",
+                )
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "pin_memory" and not call.args:
+        audit.report(
+            "pin-memory",
+            call.func,
+            "`.pin_memory()` pins host memory for copies to an accelerator, also where there is "
+            "none",
+            "call it only when torch.accelerator.is_available()",
+            at_attribute=True,
+        )
+
+
+def _check_device_module_call(audit: _Auditor, call: ast.Call) -> None:
+    """`device_module.synchronize()` where `device_module = torch.get_device_module(...)`: on
+    TorchTPU the module is `torch.tpu`, whose CUDA-style device calls raise in 0.2.0."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return
+    holder = func.value
+    parts = _dotted_parts(holder)
+    bound = parts is not None and ".".join(parts) in audit.facts.device_module_names
+    direct = (
+        isinstance(holder, ast.Call)
+        and audit.qualify(holder.func) == "torch.get_device_module"
+        and not (holder.args and _string_value(holder.args[0]) is not None)  # ("cuda")
+    )
+    if not (bound or direct):
+        return
+    entry = equivalent_for(func.attr)
+    if entry is None or not entry.refused_by_torch_tpu:
+        return
+    audit.report(
+        "device-module-call",
+        call,
+        f"`{_shown(func, 60)}()` calls the device's own module: on TorchTPU that is "
+        f"`torch.tpu`, whose `{func.attr}` raises in 0.2.0",
+        entry.note if "get_device_module" in entry.replacement else entry.replacement,
+    )
+
+
+def _check_compile_mode(audit: _Auditor, call: ast.Call) -> None:
+    """`torch.compile(..., mode=...)` or `module.compile(mode=...)`: TorchTPU 0.2.0 takes only
+    its own backend options and raises TypeError on `mode=`."""
+    is_compile = audit.qualify(call.func) == "torch.compile" or (
+        isinstance(call.func, ast.Attribute) and call.func.attr == "compile"
+    )
+    if not is_compile:
+        return
+    for keyword in call.keywords:
+        mode = _string_value(keyword.value)
+        # A literal mode only: `mode="default"` is dropped before a non-inductor backend, and
+        # a computed one (`... if device.type == "cuda" else None`) is the port itself.
+        if keyword.arg == "mode" and mode is not None and mode != "default":
+            why = {
+                "reduce-overhead": " (it asks for CUDA graphs)",
+                "max-autotune": " (it asks for Triton autotuning and CUDA graphs)",
+                "max-autotune-no-cudagraphs": " (it asks for Triton autotuning)",
+            }.get(mode or "", "")
+            audit.report(
+                "compile-mode",
+                keyword,
+                f"`mode={_shown(keyword.value, 30)}`{why}: TorchTPU 0.2.0's torch.compile takes "
+                'only its backend\'s options, and mode="reduce-overhead" raises TypeError there',
+            )
+
+
+def _check_integer_device(audit: _Auditor, call: ast.Call) -> None:
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "to"):
+        return
+    candidates = call.args[:1] + [kw.value for kw in call.keywords if kw.arg == "device"]
+    for argument in candidates:
+        if (
+            isinstance(argument, ast.Constant)
+            and isinstance(argument.value, int)
+            and not isinstance(argument.value, bool)
+        ):
+            shown = str(argument.value)
+        elif isinstance(argument, ast.Call) and _dotted_parts(argument.func) == ["int"]:
+            shown = _shown(argument)
+        else:
+            parts = _dotted_parts(argument)
+            if parts is None or not _RANK_LIKE_NAME.search(parts[-1]):
+                continue
+            shown = ".".join(parts)
+        audit.report(
+            "to-int-device",
+            argument,
+            f"`.to({shown})` reads an integer as an accelerator index, which TorchTPU "
+            "ignores (TorchTPU issue #4164)",
+        )
+
+
+def _check_set_device(audit: _Auditor, call: ast.Call) -> None:
+    if _last_name(call.func) not in {"set_device", "set_device_index"}:
+        return
+    qualified = audit.qualify(call.func) or ""
+    if qualified in {
+        "torch.accelerator.set_device_index",
+        "torch.accelerator.set_device_idx",
+    }:
+        # The portable call this rule recommends, unless it is handed a rank's index itself.
+        index = call.args[0] if call.args else None
+        shown = _rank_index(index) if index is not None else None
+        if shown is not None:
+            audit.report(
+                "set-device-index",
+                call,
+                f"`{_shown(call.func, 40)}({shown})` sets a rank's own index; on TorchTPU each "
+                "process sees one device, index 0, and another index raises",
+                per_rank_advice(shown),
+            )
+        return
+    if qualified.startswith("torch.") and not qualified.startswith(("torch.cuda.", "torch.tpu.")):
+        return  # another vendor's device (`torch.mlu.set_device`); torch.tpu's raises in 0.2.0
+    arguments = call.args[:1] + [kw.value for kw in call.keywords if kw.arg == "device"]
+    if not arguments or isinstance(arguments[0], ast.Starred):
+        return
+    argument = arguments[0]
+    if isinstance(argument, ast.Constant) and argument.value == 0:
+        return
+    audit.silence(call.func)  # one finding for torch.cuda.set_device(rank)
+    shown = _shown(argument, 30)
+    audit.report(
+        "set-device-index",
+        call,
+        f"`{_shown(call.func, 40)}({shown})` picks a device by index; on TorchTPU "
+        "set_device(i) for another index raises",
+        per_rank_advice(shown),
+    )
+
+
+def _check_process_group_backend(audit: _Auditor, node: ast.AST) -> None:
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        # `def init_dist(launcher, backend="nccl")`: the default every caller gets.
+        arguments = node.args
+        positional = [*arguments.posonlyargs, *arguments.args]
+        pairs = [
+            *zip(
+                positional[len(positional) - len(arguments.defaults) :],
+                arguments.defaults,
+                strict=True,
+            ),
+            *zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True),
+        ]
+        for argument, default in pairs:
+            if default is not None and "backend" in argument.arg and _is_nccl(default):
+                audit.report(
+                    "nccl-backend",
+                    default,
+                    f"the default {argument.arg}={_shown(default)} is a backend for CUDA GPUs only",
+                    f"{argument.arg}=None, passed on as init_process_group(backend=...): "
+                    "PyTorch then picks one per device type",
+                )
+        return
+    if isinstance(node, ast.Assign):
+        names = {target.id for target in node.targets if isinstance(target, ast.Name)}
+        names_a_backend = any(  # `args.dist_backend = "nccl"`, `self.backend = "nccl"`
+            isinstance(target, ast.Attribute) and "backend" in target.attr
+            for target in node.targets
+        )
+        if (names & audit.facts.backend_names or names_a_backend) and _is_nccl(node.value):
+            audit.report(
+                "nccl-backend",
+                node.value,
+                f"backend {_shown(node.value)} (passed to init_process_group later) exists for "
+                "CUDA GPUs only",
+            )
+        return
+    call: ast.Call = node  # type: ignore[assignment]
+    last = _last_name(call.func)
+    if last == "add_argument":
+        for keyword in call.keywords:
+            if keyword.arg == "default" and _string_value(keyword.value) == "nccl":
+                audit.report(
+                    "nccl-backend",
+                    keyword.value,
+                    'the option default "nccl" is a backend for CUDA GPUs only',
+                    "default=None, passed on as init_process_group(backend=args.backend): "
+                    "PyTorch then picks one per device type",
+                )
+        return
+    if last not in _BACKEND_CALLS:
+        return
+    candidates = [kw.value for kw in call.keywords if kw.arg == "backend"]
+    if last == "init_process_group":
+        candidates += call.args[:1]
+    for value in candidates:
+        if _is_nccl(value):
+            audit.report(
+                "nccl-backend", value, f"backend {_shown(value)} exists for CUDA GPUs only"
+            )
+
+
+def _check_ddp_device_ids(audit: _Auditor, call: ast.Call) -> None:
+    if _last_name(call.func) not in _DDP_NAMES:
+        return
+    for keyword in call.keywords:
+        if keyword.arg in {"device_ids", "output_device"} and not (
+            isinstance(keyword.value, ast.Constant) and keyword.value.value is None
+        ):
+            single_process = _last_name(call.func) == "DataParallel"
+            audit.report(
+                "ddp-device-ids",
+                keyword,
+                f"`{keyword.arg}={_shown(keyword.value, 30)}` names CUDA GPUs by index"
+                + (
+                    " for DataParallel, which splits a batch over GPUs in one process"
+                    if single_process
+                    else ""
+                ),
+                "DistributedDataParallel with one process per device and no device_ids "
+                "(TorchTPU gives each process one device)"
+                if single_process
+                else None,
+            )
+
+
+def _check_float64(audit: _Auditor, call: ast.Call) -> None:
+    if _names_the_cpu(call):
+        return
+    func = call.func
+    method = func.attr if isinstance(func, ast.Attribute) else None
+    name = audit.qualify(func)
+    is_double = method == "double" and not call.args and not call.keywords
+    dtype_values = [kw.value for kw in call.keywords if kw.arg == "dtype"]
+    if method in {"to", "type"} or name == "torch.set_default_dtype":
+        dtype_values += call.args
+    if not is_double and not dtype_values:
+        return
+    severity = MUST_CHANGE if audit.facts.names_a_device else NOTE
+    tail = "" if severity == MUST_CHANGE else " (nothing in this file names a device: a note)"
+    if is_double:
+        receiver = func.value  # type: ignore[union-attr]
+        if not (isinstance(receiver, ast.Call) and _names_the_cpu(receiver)):
+            audit.report(
+                "float64",
+                func,
+                "`.double()` asks for float64, which TPUs cannot run fast" + tail,
+                ".float() (keep float64 for checks on the CPU: `.cpu().double()`)",
+                severity=severity,
+                at_attribute=True,
+            )
+    for value in dtype_values:
+        if audit.qualify(value) in _FLOAT64_NAMES:
+            audit.report(
+                "float64",
+                value,
+                f"`{_shown(value)}` asks for float64, which TPUs cannot run fast" + tail,
+                severity=severity,
+            )
+
+
+def _check_inference_mode(audit: _Auditor, node: ast.AST) -> None:
+    if isinstance(node, ast.With | ast.AsyncWith):
+        candidates = [item.context_expr for item in node.items]
+    else:
+        candidates = list(node.decorator_list)  # type: ignore[attr-defined]
+    for candidate in candidates:
+        target = candidate.func if isinstance(candidate, ast.Call) else candidate
+        if audit.qualify(target) not in _INFERENCE_MODE_NAMES:
+            continue
+        if audit.facts.compiles:
+            audit.report(
+                "inference-mode",
+                candidate,
+                "compiled code under torch.inference_mode crashes TorchTPU 0.2.0 (this file "
+                "compiles)",
+            )
+        else:
+            audit.report(
+                "inference-mode",
+                candidate,
+                "torch.inference_mode is fine in eager code, but compiled code under it "
+                "crashes TorchTPU 0.2.0 (nothing in this file compiles: a note)",
+                severity=NOTE,
+            )
+        audit.silence(target)
+
+
+def _check_cuda_environment(audit: _Auditor, node: ast.AST) -> None:
+    if isinstance(node, ast.Subscript):
+        key = node.slice
+        container = node.value
+    elif isinstance(node, ast.Call) and node.args:
+        key = node.args[0]
+        container = node.func
+    else:
+        return
+    text = _string_value(key)
+    if text is None or not text.startswith("CUDA_"):
+        return
+    name = audit.qualify(container) or ".".join(_dotted_parts(container) or [])
+    if (isinstance(node, ast.Subscript) and name == "os.environ") or name in _ENVIRON_CALLS:
+        audit.report(
+            "cuda-env-var",
+            key,
+            f"the environment variable {text} is read by CUDA only",
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# The rule table: each rule written once; RULES and the module docstring come from it
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One audit rule: its id, default severity, a one-line description, the syntax node types
+    it looks at, the check run on each such node, and the default advice."""
+
+    id: str
+    severity: str
+    description: str
+    node_types: tuple[type[ast.AST], ...]
+    check: Callable[[Any, Any], None] | None
+    advice: str
+
+
+_NAMES = (ast.Name, ast.Attribute)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+RULE_TABLE: tuple[Rule, ...] = (
+    Rule(
+        "set-device-index",
+        MUST_CHANGE,
+        "`torch.cuda.set_device(i)` / `set_device(i)` with i that may not be 0, and a rank's "
+        'own index in the accelerator style (`set_device_index(local_rank)`, `f"{device_type}:'
+        '{rank}"`)',
+        (ast.Call,),
+        _check_set_device,
+        per_rank_advice("i"),
+    ),
+    Rule(
+        "cuda-method",
+        MUST_CHANGE,
+        "`.cuda()` on a tensor or module",
+        (ast.Call,),
+        _check_cuda_method,
+        ".to(device)",
+    ),
+    Rule(
+        "cuda-amp",
+        MUST_CHANGE,
+        "`torch.cuda.amp` (autocast, GradScaler, custom_fwd, ...)",
+        _NAMES,
+        _check_cuda_amp,
+        "torch.amp, with device_type=device.type",
+    ),
+    Rule(
+        "cuda-tensor-type",
+        MUST_CHANGE,
+        '`torch.cuda.FloatTensor` and friends, also as `set_default_tensor_type("...")`',
+        (*_NAMES, ast.Call),
+        _check_cuda_tensor_type,
+        "torch.tensor(..., dtype=..., device=device)",
+    ),
+    Rule(
+        "cuda-profiler-activity",
+        MUST_CHANGE,
+        "`ProfilerActivity.CUDA`",
+        _NAMES,
+        _check_profiler_activity,
+        "activities=torch.profiler.supported_activities() (the CPU plus the accelerator present)",
+    ),
+    Rule(
+        "torch-cuda-call",
+        MUST_CHANGE,
+        "a `torch.cuda.*` name (or `torch.cuda` held as a module), with its portable spelling",
+        _NAMES,
+        _check_torch_cuda,
+        "torch.accelerator",
+    ),
+    Rule(
+        "cuda-test-fallback",
+        MUST_CHANGE,
+        'a CUDA check without a `torch.cuda` name (`x.is_cuda`, `device.type == "cuda"`, '
+        "a `use_cuda` flag) whose other branch falls back to the CPU, exits or picks float16",
+        (ast.If, ast.IfExp),
+        _check_cuda_test_fallback,
+        'ask for any accelerator: `x.device.type != "cpu"` for a tensor, `device.type != '
+        '"cpu"` for a device, torch.accelerator.is_available() for a probe (`args.cuda and '
+        "torch.accelerator.is_available()` keeps a user's opt-in); not for a kernel choice "
+        "(`if x.is_cuda: cuda_kernel(x)`), where the other branch is right on a TPU",
+    ),
+    Rule(
+        "cudnn-setting",
+        MUST_CHANGE,
+        "a `torch.backends.cudnn` setting; the advice follows the value assigned",
+        (*_NAMES, ast.Assign),
+        _check_cudnn_setting,
+        f"remove it, {_GUARD_ADVICE}",
+    ),
+    Rule(
+        "cuda-backend-setting",
+        MUST_CHANGE,
+        "a `torch.backends.cuda` setting (matmul.allow_tf32, ...); advice follows the value",
+        (*_NAMES, ast.Assign),
+        _check_cuda_backend_setting,
+        f"remove it, {_GUARD_ADVICE}",
+    ),
+    Rule(
+        "cuda-device-string",
+        MUST_CHANGE,
+        '`"cuda"` / `"cuda:N"` / `f"cuda:{rank}"` used as a device or device type: in '
+        "`.to()`, `torch.device` (also `type=`), autocast, `device=`, `device_type=`, "
+        "`map_location=` (also a dict), `pin_memory_device=`, an argparse `default=` (not "
+        "beside `choices` naming kernels), a dict value, an assignment, a return, a default",
+        (
+            ast.Call,
+            ast.Assign,
+            ast.AnnAssign,
+            ast.NamedExpr,
+            ast.Return,
+            ast.Dict,
+            *_FUNCTIONS,
+            ast.Lambda,
+        ),
+        _check_device_string,
+        f"device, where {CHOOSE_DEVICE}",
+    ),
+    Rule(
+        "pin-memory",
+        MUST_CHANGE,
+        "`pin_memory=True` in a tensor factory, or `.pin_memory()` called directly (in a "
+        "DataLoader or another loader a note: it pins for any accelerator)",
+        (ast.Call,),
+        _check_pin_memory,
+        "pin_memory=torch.accelerator.is_available()",
+    ),
+    Rule(
+        "to-int-device",
+        MUST_CHANGE,
+        "`.to(<int>)`: an integer device index (`.to(local_rank)`)",
+        (ast.Call,),
+        _check_integer_device,
+        ".to(device), with device chosen once per process",
+    ),
+    Rule(
+        "nccl-backend",
+        MUST_CHANGE,
+        '`init_process_group("nccl")` / `backend="nccl"`, also through a variable, an '
+        "attribute (`args.dist_backend`), a parameter default or an argparse default",
+        (ast.Call, ast.Assign, *_FUNCTIONS),
+        _check_process_group_backend,
+        "dist.init_process_group() with no backend: PyTorch picks the one backend of the "
+        "machine's accelerator (gloo with none, nccl on CUDA, tpu_dist on TorchTPU); "
+        "name 'cpu:gloo,cuda:nccl' if CPU tensors must be reduced too",
+    ),
+    Rule(
+        "ddp-device-ids",
+        MUST_CHANGE,
+        "`DistributedDataParallel(..., device_ids=[local_rank])` (or `output_device=`), and "
+        "`DataParallel(..., device_ids=...)`",
+        (ast.Call,),
+        _check_ddp_device_ids,
+        "leave device_ids and output_device out: for a module on one device DDP uses the "
+        "module's device, whatever it is called",
+    ),
+    Rule(
+        "cuda-env-var",
+        MUST_CHANGE,
+        '`os.environ["CUDA_VISIBLE_DEVICES"]` and other `CUDA_*` variables',
+        (ast.Subscript, ast.Call),
+        _check_cuda_environment,
+        "choose the device per process instead (torchrun's LOCAL_RANK; TorchTPU gives each "
+        "process one device)",
+    ),
+    Rule(
+        "float64",
+        MUST_CHANGE,
+        "float64 requested for computation (`.double()`, `dtype=torch.float64`); a note in a "
+        "file that names no device",
+        (ast.Call,),
+        _check_float64,
+        "torch.float32 (bfloat16 only where precision allows, never for counts or sums: "
+        "12345 becomes 12352; counts summed across ranks go in int64); keep float64 for checks "
+        "on the CPU",
+    ),
+    Rule(
+        "device-module-call",
+        MUST_CHANGE,
+        "a CUDA-style device call (`synchronize`, `current_device`, ...) on the module of "
+        "`torch.get_device_module(...)`, which on TorchTPU 0.2.0 raises",
+        (ast.Call,),
+        _check_device_module_call,
+        "torch.accelerator",
+    ),
+    Rule(
+        "compile-mode",
+        MUST_CHANGE,
+        "`torch.compile(..., mode=...)` (`reduce-overhead`, `max-autotune`: CUDA graphs and "
+        "Triton), which TorchTPU 0.2.0 refuses",
+        (ast.Call,),
+        _check_compile_mode,
+        'mode="reduce-overhead" if device.type == "cuda" else None (TorchTPU takes no mode=)',
+    ),
+    Rule(
+        "inference-mode",
+        MUST_CHANGE,
+        "`torch.inference_mode` as a `with` context or decorator in a file that compiles (a "
+        "note elsewhere)",
+        (ast.With, ast.AsyncWith, *_FUNCTIONS),
+        _check_inference_mode,
+        "torch.no_grad()",
+    ),
+    Rule(
+        "syntax-error",
+        MUST_CHANGE,
+        "a file or notebook cell that does not parse (nothing in it was checked)",
+        (),
+        None,
+        "fix the syntax and audit again (nothing else here was checked)",
+    ),
+    Rule(
+        "skipped-file",
+        NOTE,
+        f"a file over {MAX_FILE_BYTES:,} bytes, skipped to bound memory",
+        (),
+        None,
+        "audit it in parts, or leave it out with [tool.tpuready] exclude",
+    ),
+)
+
+RULE_BY_ID: Mapping[str, Rule] = MappingProxyType({rule.id: rule for rule in RULE_TABLE})
+RULES: Mapping[str, str] = MappingProxyType({rule.id: rule.description for rule in RULE_TABLE})
+
+
+def _checks_by_node_type() -> dict[type, tuple[Callable[[Any, Any], None], ...]]:
+    table: dict[type, list[Callable[[Any, Any], None]]] = {}
+    for rule in RULE_TABLE:
+        for node_type in rule.node_types:
+            if rule.check is not None:
+                table.setdefault(node_type, []).append(rule.check)
+    return {node_type: tuple(checks) for node_type, checks in table.items()}
+
+
+_CHECKS_BY_NODE_TYPE = _checks_by_node_type()

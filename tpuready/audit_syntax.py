@@ -1,0 +1,393 @@
+"""The audit's shared vocabulary: severities, a finding, the CUDA names and advice it knows,
+and the small readers of syntax that the walker (`tpuready.audit_walker`) and the rules
+(`tpuready.audit_rules`) both use. Depends on no other part of the audit."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from types import MappingProxyType
+from typing import Any
+
+MUST_CHANGE = "must-change"
+GUARDED = "guarded"
+NOTE = "note"
+# Most severe first: the order of the text report and of `--severity`.
+SEVERITIES: tuple[str, ...] = (MUST_CHANGE, GUARDED, NOTE)
+_SEVERITY_HEADINGS = {
+    MUST_CHANGE: "must change",
+    GUARDED: "guarded: review (CUDA-only code inside a CUDA guard, correct as it stands)",
+    NOTE: "notes",
+}
+
+CHOOSE_DEVICE = (
+    'device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
+)
+_GUARD_ADVICE = 'or run it only when device.type == "cuda"'
+# Ends the message of a per-rank index; `--fix` reads it to leave such lines (and their checks).
+ONE_DEVICE_PER_PROCESS = "TorchTPU runs one process per device and each sees it as index 0"
+_PROBE_ADVICE = (
+    "keep it: it detects CUDA on purpose and guards CUDA-only code; do not replace it with "
+    "torch.accelerator.is_available(), which is also true on a TPU"
+)
+
+_CUDA_DEVICE_LITERAL = re.compile(r"cuda(:\d+)?")
+_DEVICE_WORDS = frozenset({"cpu", "cuda", "mps", "xpu", "tpu", "meta", "hpu", "npu", "auto"})
+# Calls whose first positional argument is a device, and whether it is a device *type*.
+_DEVICE_FIRST_ARGUMENT: Mapping[str, bool] = MappingProxyType(
+    {
+        "torch.device": False,
+        "torch.set_default_device": False,
+        "torch.Generator": False,
+        "torch.get_device_module": False,
+        "torch.autocast": True,
+        "torch.amp.autocast": True,
+        "torch.amp.autocast_mode.autocast": True,
+        "torch.amp.GradScaler": True,
+        "torch.distributed.device_mesh.init_device_mesh": True,
+        "torch.distributed.init_device_mesh": True,
+    }
+)
+# Keyword arguments whose value is a device, and whether it is a device *type*.
+_DEVICE_KEYWORDS: Mapping[str, bool] = MappingProxyType(
+    {
+        "device": False,
+        "device_type": True,
+        "map_location": False,
+        "device_map": False,
+        "pin_memory_device": True,
+        "default": False,  # argparse: add_argument("--device", default="cuda")
+    }
+)
+_DEVICE_DICT_KEYS = frozenset({"device", "device_type", "map_location", "device_map"})
+_RANK_LIKE_NAME = re.compile(r"(?:^|_)(?:rank|gpu|gpu_id|gpu_index|device_id|device_index)$")
+_CUDA_FLAG_NAME = re.compile(r"(?:^|_)(?:is_|use_|has_|on_)?cuda(?:_available)?$", re.IGNORECASE)
+_FLOAT64_NAMES = frozenset({"torch.float64", "torch.double"})
+_INFERENCE_MODE_NAMES = frozenset(
+    {
+        "torch.inference_mode",
+        "torch.autograd.inference_mode",
+        "torch.autograd.grad_mode.inference_mode",
+    }
+)
+# Calls and attributes that exist to detect CUDA (or ROCm, which answers to the same names).
+_CUDA_PROBES = frozenset(
+    {
+        "torch.cuda.is_available",
+        "torch.cuda.device_count",
+        "torch.cuda.get_device_capability",
+        "torch.cuda.is_bf16_supported",
+        "torch.backends.cudnn.is_available",
+        "torch.version.cuda",
+        "torch.version.hip",
+    }
+)
+# Probes that ask which CUDA, not whether an accelerator is there: a test that also reads one
+# (`torch.cuda.is_available() and torch.version.hip is None`) checks for CUDA on purpose.
+_CUDA_IDENTITY_PROBES = frozenset(
+    {
+        "torch.cuda.get_device_capability",
+        "torch.cuda.get_device_name",
+        "torch.cuda.get_device_properties",
+        "torch.backends.cudnn.is_available",
+        "torch.version.cuda",
+        "torch.version.hip",
+    }
+)
+# Decorators that skip a test on a condition: a CUDA probe there keeps CUDA-only tests off
+# other devices, so it is a CUDA check on purpose.
+_TEST_SKIP_DECORATORS = frozenset(
+    {
+        "unittest.skipIf",
+        "unittest.skipUnless",
+        "unittest.case.skipIf",
+        "unittest.case.skipUnless",
+        "pytest.mark.skipif",
+    }
+)
+# `torch.cuda.*` names tpuready.accelerator_api has no row for, with the portable spelling.
+_EXTRA_EQUIVALENTS: Mapping[str, str] = MappingProxyType(
+    {
+        "CUDAGraph": "torch.accelerator.Graph() (capture_begin / capture_end / replay)",
+        "graph": "torch.accelerator.Graph() with g.capture_begin(); ...; g.capture_end(); "
+        "then g.replay()",
+        "stream": "`with stream:` where stream is a torch.Stream (a stream is its own "
+        "context manager)",
+        "is_bf16_supported": 'device.type != "cuda" or torch.cuda.is_bf16_supported() '
+        "(bfloat16 is native on TPUs and runs on CPUs; only a GPU older than Ampere lacks it)",
+        "get_device_capability": "no portable compute capability exists: keep it inside "
+        '`if device.type == "cuda":` (torch.accelerator.get_device_capability() returns a '
+        "dict in torch 2.13, so comparing it with (major, minor) breaks)",
+    }
+)
+_CUDA_TENSOR_TYPE = re.compile(r"torch\.cuda\.\w*Tensor")
+_BACKEND_CALLS = frozenset({"init_process_group", "new_group"})
+_DDP_NAMES = frozenset({"DistributedDataParallel", "DDP", "DataParallel"})
+_ENVIRON_CALLS = frozenset(
+    {"os.environ.get", "os.environ.setdefault", "os.environ.pop", "os.getenv", "os.putenv"}
+)
+_TRIGGER_WORDS = (
+    "cuda",
+    "CUDA",
+    "cudnn",
+    "pin_memory",
+    ".to(",
+    "set_device",
+    "double",
+    "float64",
+    "inference_mode",
+    "device_ids",
+    "compile",
+    "rank",  # f"{device_type}:{local_rank}"
+    "gpu",
+    "device_module",  # device_module = torch.get_device_module(device)
+    "synchronize",  # dm.synchronize(), whatever the module's name
+    "current_device",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    """One line that ties code to CUDA, with the portable spelling to write instead.
+
+    `cell` is None for .py files; for notebooks it counts code cells from 1 and `line` is
+    the line within that cell. `line` and `column` (characters) are 1-based. `severity` is
+    one of `SEVERITIES`. `--format json` writes these fields, in this order.
+    """
+
+    path: str
+    cell: int | None = None
+    line: int
+    column: int
+    rule: str
+    severity: str = MUST_CHANGE
+    message: str
+    suggestion: str
+
+    @property
+    def location(self) -> str:
+        """`file.py:12`, or `notebook.ipynb:cell 3:line 2` for a notebook cell."""
+        if self.cell is None:
+            return f"{self.path}:{self.line}"
+        return f"{self.path}:cell {self.cell}:line {self.line}"
+
+    def sort_key(self) -> tuple[str, int, int, int, str]:
+        """Order of the report: file, cell, line, column, rule."""
+        return (self.path, self.cell or 0, self.line, self.column, self.rule)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The finding as plain JSON-ready values (the `--format json` objects)."""
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.location}  {self.rule}: {self.message}  ->  {self.suggestion}"
+
+
+# --------------------------------------------------------------------------------------------
+# Small readers of syntax
+
+
+def _dotted_parts(node: ast.AST) -> list[str] | None:
+    """`a.b.c` -> ["a", "b", "c"]; None when the chain does not start at a plain name."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    parts.reverse()
+    return parts
+
+
+def _is_true(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
+
+
+def _is_false(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is False
+
+
+def _is_string(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _string_value(node: ast.AST) -> str | None:
+    return node.value if _is_string(node) else None  # type: ignore[attr-defined]
+
+
+def _shown(node: ast.AST, limit: int = 60) -> str:
+    try:
+        text = ast.unparse(node)
+    except RecursionError:  # an expression nested deeper than unparse can follow
+        return "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _constant_fstring(node: ast.JoinedStr) -> str | None:
+    parts = [_string_value(value) for value in node.values]
+    return None if any(part is None for part in parts) else "".join(parts)  # type: ignore[arg-type]
+
+
+def _cuda_index(node: ast.AST) -> ast.AST | str | None:
+    """For a CUDA device text, the index it names: "0", an expression node, or None (`"cuda"`).
+    Returns False-y "" when the node is not CUDA device text at all; see `_is_cuda_device_text`."""
+    text = _string_value(node)
+    if text is not None:
+        return text.partition(":")[2] or None
+    if isinstance(node, ast.JoinedStr):
+        constant = _constant_fstring(node)
+        if constant is not None:
+            return constant.partition(":")[2] or None
+        formatted = [value for value in node.values if isinstance(value, ast.FormattedValue)]
+        return formatted[0].value if formatted else None
+    if isinstance(node, ast.BinOp):
+        return node.right
+    if isinstance(node, ast.Call) and node.args:
+        return node.args[0]
+    return None
+
+
+def _starts_with_cuda_index(node: ast.AST) -> bool:
+    text = _string_value(node)
+    return text is not None and text.startswith("cuda:")
+
+
+def _is_cuda_device_text(node: ast.AST) -> bool:
+    """True for `"cuda"`, `"cuda:1"`, `f"cuda"`, `f"cuda:{rank}"`, `"cuda:" + r`,
+    `"cuda:%d" % r`, `"cuda:{}".format(r)`."""
+    text = _string_value(node)
+    if text is not None:
+        return _CUDA_DEVICE_LITERAL.fullmatch(text) is not None
+    if isinstance(node, ast.JoinedStr):
+        constant = _constant_fstring(node)
+        if constant is not None:
+            return _CUDA_DEVICE_LITERAL.fullmatch(constant) is not None
+        return bool(node.values) and _starts_with_cuda_index(node.values[0])
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mod):
+        return _starts_with_cuda_index(node.left)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr == "format" and _starts_with_cuda_index(node.func.value)
+    return False
+
+
+def _is_nccl(node: ast.AST) -> bool:
+    text = _string_value(node)
+    if text is not None:
+        return "nccl" in text.lower()
+    if isinstance(node, ast.IfExp):
+        return _is_nccl(node.body) or _is_nccl(node.orelse)
+    return (_dotted_parts(node) or [""])[-1] == "NCCL"
+
+
+def _is_cpu_device(node: ast.AST) -> bool:
+    """`"cpu"` or `torch.device("cpu")`: a value that keeps data on the host."""
+    if _is_string(node):
+        return node.value == "cpu"  # type: ignore[attr-defined]
+    if isinstance(node, ast.Call) and node.args:
+        return _dotted_parts(node.func) in (["torch", "device"], ["device"]) and _is_cpu_device(
+            node.args[0]
+        )
+    return False
+
+
+def _names_the_cpu(call: ast.Call) -> bool:
+    """True when the call itself moves to or creates on the CPU: `.cpu()`, `.to("cpu")`,
+    `device="cpu"`."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr == "cpu" and not call.args:
+        return True
+    arguments = list(call.args) + [kw.value for kw in call.keywords if kw.arg == "device"]
+    return any(_is_cpu_device(argument) for argument in arguments)
+
+
+def _choices_are_not_devices(call: ast.Call) -> bool:
+    """`choices=["cuda", "triton"]`: the option names kernels, so `default="cuda"` is not a
+    device."""
+    for keyword in call.keywords:
+        if keyword.arg == "choices" and isinstance(keyword.value, ast.List | ast.Tuple | ast.Set):
+            words = [_string_value(item) for item in keyword.value.elts]
+            return any(
+                word is not None and word.split(":")[0] not in _DEVICE_WORDS for word in words
+            )
+    return False
+
+
+def _last_name(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return ""
+
+
+_FALLBACKS = (
+    "falls back to the CPU",
+    "stops the program",
+    "picks float16",
+    "leaves the work on the CPU",  # the CUDA branch moves it (`.cuda()`, DDP); this one not
+)
+
+
+# Marks the message of a CUDA check the audit ports because of what its other branch does;
+# `--fix` rewrites those checks (tpuready.fix reads the mark from here).
+OFF_CUDA_BRANCH = "the branch taken off CUDA"
+
+
+def _rank_index(node: ast.AST) -> str | None:
+    """The text of a rank's own index: a rank-like name (`local_rank`, `args.gpu`) or
+    `int(os.environ["LOCAL_RANK"])`; None for anything else (`index`, `0`)."""
+    if isinstance(node, ast.Call) and _dotted_parts(node.func) == ["int"] and node.args:
+        inner = node.args[0]
+        key = inner.slice if isinstance(inner, ast.Subscript) else None
+        if isinstance(inner, ast.Call) and inner.args:  # os.environ.get("LOCAL_RANK", ...)
+            key = inner.args[0]
+        text = _string_value(key) if key is not None else None
+        return _shown(node, 40) if text is not None and "RANK" in text.upper() else None
+    parts = _dotted_parts(node)
+    if parts is None or not _RANK_LIKE_NAME.search(parts[-1]):
+        return None
+    return ".".join(parts)
+
+
+def _rank_of_device_text(node: ast.AST) -> str | None:
+    """`rank` for `f"{device_type}:{rank}"` (any type, a rank-like index name), else None."""
+    if not isinstance(node, ast.JoinedStr) or len(node.values) != 3:
+        return None
+    kind, colon, index = node.values
+    if not (
+        isinstance(kind, ast.FormattedValue)
+        and isinstance(colon, ast.Constant)
+        and colon.value == ":"
+        and isinstance(index, ast.FormattedValue)
+    ):
+        return None
+    parts = _dotted_parts(index.value)
+    if parts is None or not _RANK_LIKE_NAME.search(parts[-1]):
+        return None
+    return ".".join(parts)
+
+
+def per_rank_advice(index: str) -> str:
+    """The per-process device of a torchrun port, right on a CUDA host (one process per GPU,
+    each sees them all) and on TorchTPU (each process sees one device, index 0)."""
+    return (
+        f"index = {index} if torch.accelerator.device_count() > 1 else 0; "
+        "torch.accelerator.set_device_index(index); device = torch.device(device_type, index), "
+        "where device_type = torch.accelerator.current_accelerator().type (TorchTPU gives each "
+        "process one device, index 0)"
+    )
+
+
+def _device_choice(value: ast.AST) -> bool:
+    """`"cuda"`, `torch.device("cuda")`: the value of a device choice."""
+    if _is_cuda_device_text(value):
+        return True
+    return (
+        isinstance(value, ast.Call)
+        and _last_name(value.func) == "device"
+        and bool(value.args)
+        and _is_cuda_device_text(value.args[0])
+    )
