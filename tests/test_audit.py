@@ -179,6 +179,35 @@ def test_a_flag_set_from_a_ported_probe_guards_nothing(indent: str) -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("line", "rule", "fields"),
+    [
+        ("model.cuda(args.gpu)", "cuda-method", {"per_rank": True}),
+        ('x = torch.device(f"cuda:{rank}")', "cuda-device-string", {"per_rank": True}),
+        ("torch.cuda.set_device(local_rank)", "set-device-index", {"per_rank": True}),
+        ("x = y.cuda()", "cuda-method", {"per_rank": False, "cuda_name": None}),
+        ("torch.cuda.synchronize()", "torch-cuda-call", {"cuda_name": "synchronize"}),
+        (
+            'if torch.cuda.is_available():\n    device = "cuda"\nelse:\n    device = "cpu"',
+            "torch-cuda-call",
+            {"cuda_name": "is_available", "off_cuda": "falls back to the CPU"},
+        ),
+        (
+            "if not torch.cuda.is_available():\n    sys.exit(1)",
+            "torch-cuda-call",
+            {"off_cuda": "stops the program"},
+        ),
+        ("torch.cuda.empty_cache()", "torch-cuda-call", {"off_cuda": None}),
+    ],
+)
+def test_findings_carry_what_their_message_says_as_fields(
+    line: str, rule: str, fields: dict
+) -> None:
+    source = f"import sys\nimport torch\n{line}\n"
+    (finding,) = [f for f in audit.audit_code(source) if f.rule == rule]
+    assert {name: getattr(finding, name) for name in fields} == fields
+
+
 def test_device_index_strings_mention_one_device_per_process() -> None:
     by_text = {
         source: audit.audit_code(source)
@@ -407,6 +436,9 @@ def test_json_format_is_a_list_of_finding_objects() -> None:
         "severity",
         "message",
         "suggestion",
+        "per_rank",
+        "off_cuda",
+        "cuda_name",
     ]
     assert {o["severity"] for o in objects} == {"must-change", "guarded", "note"}
     notebook_objects = [o for o in objects if o["path"].endswith("notebook.ipynb")]

@@ -87,6 +87,7 @@ def _check_cuda_method(audit: _Auditor, call: ast.Call) -> None:
             f"`.cuda({shown})` moves to CUDA GPU {shown} only; {ONE_DEVICE_PER_PROCESS}",
             f".to(device), where {where}",
             at_attribute=True,
+            per_rank=True,
         )
 
 
@@ -217,7 +218,7 @@ def _check_torch_cuda(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:
     message = f"`{name}` works on CUDA GPUs only"
     extra = _EXTRA_EQUIVALENTS.get(member)
     if extra is not None:
-        audit.report("torch-cuda-call", node, message, extra)
+        audit.report("torch-cuda-call", node, message, extra, cuda_name=member)
         return
     entry = equivalent_for(member)
     if entry is None:
@@ -226,6 +227,7 @@ def _check_torch_cuda(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:
             node,
             message,
             f"no entry in tpuready.accelerator_api: look under torch.accelerator, {_GUARD_ADVICE}",
+            cuda_name=member,
         )
         return
     if entry.refused_by_torch_tpu:
@@ -235,6 +237,7 @@ def _check_torch_cuda(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:
         node,
         message,
         entry.replacement + (f" ({entry.note})" if entry.note else ""),
+        cuda_name=member,
     )
 
 
@@ -382,6 +385,7 @@ def _check_device_string(audit: _Auditor, node: ast.AST) -> None:
                     f"`{_shown(node)}` names the device at the rank's own index; "
                     f"{ONE_DEVICE_PER_PROCESS}",
                     per_rank_advice(index),
+                    per_rank=True,
                 )
         not_devices = _choices_are_not_devices(node)
         for keyword in node.keywords:
@@ -572,6 +576,7 @@ def _check_set_device(audit: _Auditor, call: ast.Call) -> None:
                 f"`{_shown(call.func, 40)}({shown})` sets a rank's own index; on TorchTPU each "
                 "process sees one device, index 0, and another index raises",
                 per_rank_advice(shown),
+                per_rank=True,
             )
         return
     if qualified.startswith("torch.") and not qualified.startswith(("torch.cuda.", "torch.tpu.")):
@@ -590,6 +595,7 @@ def _check_set_device(audit: _Auditor, call: ast.Call) -> None:
         f"`{_shown(call.func, 40)}({shown})` picks a device by index; on TorchTPU "
         "set_device(i) for another index raises",
         per_rank_advice(shown),
+        per_rank=True,
     )
 
 

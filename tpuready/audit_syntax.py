@@ -154,7 +154,12 @@ class Finding:
 
     `cell` is None for .py files; for notebooks it counts code cells from 1 and `line` is
     the line within that cell. `line` and `column` (characters) are 1-based. `severity` is
-    one of `SEVERITIES`. `--format json` writes these fields, in this order.
+    one of `SEVERITIES`. What the message says in words, the last three fields say for
+    programs (`--fix` reads them): `per_rank` when the line names a process's own CUDA index
+    (which TorchTPU, one device per process, sees as 0), `off_cuda` what the branch taken off
+    CUDA does when a TPU would take it ("falls back to the CPU", "exits", ...), and
+    `cuda_name` the `torch.cuda` member named. `--format json` writes these fields, in this
+    order.
     """
 
     path: str
@@ -165,6 +170,9 @@ class Finding:
     severity: str = MUST_CHANGE
     message: str
     suggestion: str
+    per_rank: bool = False
+    off_cuda: str | None = None
+    cuda_name: str | None = None
 
     @property
     def location(self) -> str:
@@ -323,10 +331,12 @@ def _last_name(node: ast.AST) -> str:
     return ""
 
 
+PICKS_FLOAT16 = "picks float16"
+# What the branch taken off CUDA can do that a TPU would be hurt by (`Finding.off_cuda`).
 _FALLBACKS = (
     "falls back to the CPU",
     "stops the program",
-    "picks float16",
+    PICKS_FLOAT16,
     "leaves the work on the CPU",  # the CUDA branch moves it (`.cuda()`, DDP); this one not
 )
 

@@ -30,6 +30,7 @@ from tpuready.audit_syntax import (
     MUST_CHANGE,
     OFF_CUDA_BRANCH,
     ONE_DEVICE_PER_PROCESS,
+    PICKS_FLOAT16,
     Finding,
     _cuda_index,
     _device_choice,
@@ -695,6 +696,8 @@ class _Auditor:
         *,
         severity: str | None = None,
         at_attribute: bool = False,
+        per_rank: bool = False,
+        cuda_name: str | None = None,
     ) -> None:
         if id(node) in self._reported:
             return
@@ -703,9 +706,11 @@ class _Auditor:
         severity = severity or entry.severity
         suggestion = suggestion or entry.advice
         fallback = self.flags >> _FALLBACK_SHIFT
+        off_cuda = None
         if severity == MUST_CHANGE and fallback:
-            message += f" ({OFF_CUDA_BRANCH} {_FALLBACKS[fallback - 1]}: a TPU would take it)"
-            if rule == "torch-cuda-call" and _FALLBACKS[fallback - 1] == "picks float16":
+            off_cuda = _FALLBACKS[fallback - 1]
+            message += f" ({OFF_CUDA_BRANCH} {off_cuda}: a TPU would take it)"
+            if rule == "torch-cuda-call" and off_cuda == PICKS_FLOAT16:
                 suggestion = BFLOAT16_OFF_CUDA
         if severity == MUST_CHANGE and self.flags & _GUARD_TEST_FLAG:
             severity, suggestion = GUARDED, _PROBE_ADVICE
@@ -730,6 +735,9 @@ class _Auditor:
                 severity=severity,
                 message=message,
                 suggestion=suggestion,
+                per_rank=per_rank,
+                off_cuda=off_cuda,
+                cuda_name=cuda_name,
             )
         )
 
@@ -774,6 +782,7 @@ class _Auditor:
                     f"`{_shown(node)}` names the device at the rank's own index; "
                     f"{ONE_DEVICE_PER_PROCESS}",
                     per_rank_advice(rank),
+                    per_rank=True,
                 )
             return
         shown = _shown(node)
@@ -790,4 +799,4 @@ class _Auditor:
                     + " (a torchrun port that uses current_accelerator() alone puts every rank "
                     "on device 0 of a CUDA host)"
                 )
-        self.report("cuda-device-string", node, message, suggestion)
+        self.report("cuda-device-string", node, message, suggestion, per_rank=index is not None)

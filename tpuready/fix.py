@@ -72,11 +72,9 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from tpuready.accelerator_api import CUDA_TO_ACCELERATOR
 from tpuready.audit import (
-    BFLOAT16_OFF_CUDA,
     GUARDED,
     MUST_CHANGE,
-    OFF_CUDA_BRANCH,
-    ONE_DEVICE_PER_PROCESS,
+    PICKS_FLOAT16,
     RULES,
     Finding,
     audit_code,
@@ -1284,9 +1282,6 @@ def _left(fixed: str, findings: Sequence[Finding], config: AuditConfig) -> tuple
     )
 
 
-_CUDA_MEMBER_IN_MESSAGE = re.compile(r"`torch\.cuda\.(\w+)")
-
-
 def _left_behind(finding: Finding) -> bool:
     """A must-change finding the rewrite never ports: a per-rank index (reported rules and
     `.cuda(local_rank)`), or a `torch.cuda` member with no same-argument replacement."""
@@ -1295,13 +1290,13 @@ def _left_behind(finding: Finding) -> bool:
     if finding.rule in REPORTED_RULES - {"cudnn-setting", "cuda-backend-setting"}:
         return True
     if finding.rule in {"cuda-method", "cuda-device-string"}:
-        return ONE_DEVICE_PER_PROCESS in finding.message  # `.cuda(i)`, f"cuda:{i}"
+        return finding.per_rank  # `.cuda(i)`, f"cuda:{i}"
     if finding.rule == "torch-cuda-call":
-        member = _CUDA_MEMBER_IN_MESSAGE.match(finding.message)
+        member = finding.cuda_name
         return (
             member is not None
-            and member.group(1) not in _DIRECT
-            and (member.group(1) not in {"is_available", "device_count", "is_bf16_supported"})
+            and member not in _DIRECT
+            and member not in {"is_available", "device_count", "is_bf16_supported"}
         )
     return False
 
@@ -1355,14 +1350,15 @@ def _rewrite(
     guarded = frozenset(  # and the probes that pick float16 off CUDA: a person ports them
         (finding.line, finding.column)
         for finding in findings
-        if finding.severity == GUARDED or finding.suggestion == BFLOAT16_OFF_CUDA
+        if finding.severity == GUARDED
+        or (finding.rule == "torch-cuda-call" and finding.off_cuda == PICKS_FLOAT16)
     )
     ported_checks = frozenset(  # lines of CUDA checks the audit ports: it judged the other branch
         finding.line
         for finding in findings
         if finding.severity == MUST_CHANGE
         and finding.rule == "torch-cuda-call"
-        and f"({OFF_CUDA_BRANCH} " in finding.message
+        and finding.off_cuda is not None
     )
     left_behind = frozenset(  # lines the rewrite leaves CUDA-only: no check is ported over them
         finding.line for finding in findings if _left_behind(finding)
