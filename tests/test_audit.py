@@ -48,6 +48,8 @@ RULE_FIXTURES = {
     "cuda-test-fallback": ("issue9/guards_by_other_branch.py", 'device.type != "cpu"'),
     "compile-mode": ("issue9/real_world_ties.py", 'if device.type == "cuda" else None'),
     "device-module-call": ("issue9/real_world_ties.py", "torch.accelerator."),
+    "cuda-only-package": ("issue15/fresh_corpus_shapes.py", "device.type"),
+    "grad-scaler-default": ("issue15/fresh_corpus_shapes.py", 'enabled=device.type == "cuda"'),
 }
 
 
@@ -614,3 +616,34 @@ def test_a_large_file_gets_every_finding() -> None:
     )
     findings = audit.audit_code(source)
     assert len(findings) == 300 * sum(len(rules) for _, rules in SNIPPETS) == 300 * 14
+
+
+def test_the_second_corpus_shapes_have_the_severity_their_effect_off_cuda_calls_for() -> None:
+    findings = audit.audit_file(FIXTURES / "issue15/fresh_corpus_shapes.py")
+    severities = {(f.line, f.rule): f.severity for f in findings}
+    notes = {
+        (15, "cuda-only-package"),  # under a try that catches ImportError
+        (24, "cudnn-setting"),  # both values of the tuple are harmless settings
+        (25, "cudnn-setting"),  # a read
+        (26, "torch-cuda-call"),  # empty_cache does nothing off CUDA
+        (27, "cuda-env-var"),  # a debugging switch
+        (30, "grad-scaler-default"),
+        (31, "grad-scaler-default"),
+        (39, "cuda-only-package"),  # under a bare except
+    }
+    must_change = {
+        (5, "cuda-only-package"),
+        (8, "cuda-only-package"),
+        (9, "cuda-only-package"),
+        (20, "ddp-device-ids"),
+        (28, "cuda-env-var"),
+        (35, "cudnn-setting"),  # a switch held in a name, not a value read
+    }
+    assert {key for key, severity in severities.items() if severity == audit.NOTE} == notes
+    assert {key for key, severity in severities.items() if severity == audit.MUST_CHANGE} == (
+        must_change
+    )
+    assert {key for key, severity in severities.items() if severity == audit.GUARDED} == {
+        (36, "torch-cuda-call"),
+        (37, "torch-cuda-call"),  # empty_cache under a CUDA guard is guarded, not a note
+    }

@@ -32,6 +32,7 @@ from tpuready.audit_syntax import (
     _PROBE_ADVICE,
     _RANK_LIKE_NAME,
     CHOOSE_DEVICE,
+    CUDA_ONLY_PACKAGES,
     MUST_CHANGE,
     NOTE,
     OFF_CUDA_BRANCH,
@@ -42,6 +43,7 @@ from tpuready.audit_syntax import (
     _is_cuda_device_text,
     _is_false,
     _is_nccl,
+    _is_none,
     _is_true,
     _last_name,
     _names_the_cpu,
@@ -200,6 +202,11 @@ def _check_cuda_test_fallback(audit: _Auditor, node: ast.If | ast.IfExp) -> None
     )
 
 
+# `torch.cuda` calls that do nothing unless CUDA was initialised, and whose effect no result
+# depends on (`empty_cache` only hands cached blocks back to the driver).
+_NOTHING_OFF_CUDA = frozenset({"empty_cache"})
+
+
 def _check_torch_cuda(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:
     name = audit.current_name
     if name is None or not (name == "torch.cuda" or name.startswith("torch.cuda.")):
@@ -232,12 +239,16 @@ def _check_torch_cuda(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:
         return
     if entry.refused_by_torch_tpu:
         message += f" (and `torch.tpu.{entry.name}` raises in TorchTPU 0.2.0)"
+    nothing_off_cuda = member in _NOTHING_OFF_CUDA and not audit.in_cuda_guard
+    if nothing_off_cuda:
+        message += " (off CUDA it does nothing and nothing depends on it: a note)"
     audit.report(
         "torch-cuda-call",
         node,
         message,
         entry.replacement + (f" ({entry.note})" if entry.note else ""),
         cuda_name=member,
+        severity=NOTE if nothing_off_cuda else None,
     )
 
 
@@ -319,11 +330,22 @@ def _check_backend_setting(
     audit: _Auditor, node: ast.AST, prefix: str, rule: str, what: str
 ) -> None:
     if isinstance(node, ast.Assign):
+        pairs: list[tuple[ast.AST, ast.AST]] = []
         for target in node.targets:
+            values = node.value
+            if (
+                isinstance(target, ast.Tuple | ast.List)
+                and isinstance(values, ast.Tuple | ast.List)
+                and len(target.elts) == len(values.elts)
+            ):  # `cudnn.benchmark, cudnn.deterministic = True, False`
+                pairs += zip(target.elts, values.elts, strict=True)
+            else:
+                pairs.append((target, values))
+        for target, value in pairs:
             name = audit.qualify(target) if isinstance(target, ast.Attribute) else None
             if name is not None and name.startswith(prefix):
                 setting = name.removeprefix(prefix)
-                harmless = _harmless_off_cuda(setting, node.value)
+                harmless = _harmless_off_cuda(setting, value)
                 audit.report(
                     rule,
                     target,
@@ -333,9 +355,19 @@ def _check_backend_setting(
                         if harmless
                         else ""
                     ),
-                    _setting_suggestion(setting, node.value),
+                    _setting_suggestion(setting, value),
                     severity=NOTE if harmless else None,
                 )
+        read = audit.qualify(node.value) if isinstance(node.value, ast.Attribute) else None
+        if read is not None and _is_a_setting_value(read):
+            # `saved = torch.backends.cudnn.benchmark`: reading it changes nothing
+            audit.report(
+                rule,
+                node.value,
+                f"`{read}` is read (off CUDA it holds its default and does nothing: a note)",
+                "keep it: reading a setting is harmless; where it is set back, see that line",
+                severity=NOTE,
+            )
         return
     name = audit.current_name
     if name is not None and name.removeprefix(prefix) in _CUDA_KERNEL_CHOICES:
@@ -353,6 +385,19 @@ def _check_backend_setting(
         )
     elif name in _CUDA_PROBES and name is not None and name.startswith(prefix):
         audit.report(rule, node, f"`{name}` {what}", _PROBE_ADVICE)
+
+
+# The settings that hold plain values, and so can be read without effect (the others, like
+# `torch.backends.cuda.sdp_kernel`, are switches even when held in a name).
+_CUDNN_VALUES = frozenset(
+    {"benchmark", "deterministic", "enabled", "allow_tf32", "benchmark_limit"}
+)
+
+
+def _is_a_setting_value(name: str) -> bool:
+    if name.startswith("torch.backends.cudnn."):
+        return name.removeprefix("torch.backends.cudnn.") in _CUDNN_VALUES
+    return name.startswith("torch.backends.cuda.matmul.")
 
 
 def _check_cudnn_setting(audit: _Auditor, node: ast.AST) -> None:
@@ -662,12 +707,21 @@ def _check_process_group_backend(audit: _Auditor, node: ast.AST) -> None:
 
 
 def _check_ddp_device_ids(audit: _Auditor, call: ast.Call) -> None:
+    if _last_name(call.func) == "barrier":
+        for keyword in call.keywords:
+            if keyword.arg == "device_ids" and not _is_none(keyword.value):
+                audit.report(
+                    "ddp-device-ids",
+                    keyword,
+                    f"`barrier(device_ids={_shown(keyword.value, 30)})` names CUDA GPUs by "
+                    "index (an argument only NCCL takes)",
+                    "dist.barrier() without device_ids: the process group uses its own device",
+                )
+        return
     if _last_name(call.func) not in _DDP_NAMES:
         return
     for keyword in call.keywords:
-        if keyword.arg in {"device_ids", "output_device"} and not (
-            isinstance(keyword.value, ast.Constant) and keyword.value.value is None
-        ):
+        if keyword.arg in {"device_ids", "output_device"} and not _is_none(keyword.value):
             single_process = _last_name(call.func) == "DataParallel"
             audit.report(
                 "ddp-device-ids",
@@ -747,6 +801,18 @@ def _check_inference_mode(audit: _Auditor, node: ast.AST) -> None:
         audit.silence(target)
 
 
+# CUDA variables that tune or debug CUDA and ask for nothing a TPU lacks; any other (above
+# all CUDA_VISIBLE_DEVICES, which picks the process's devices) is must-change.
+_HARMLESS_CUDA_VARIABLES = frozenset(
+    {
+        "CUDA_LAUNCH_BLOCKING",
+        "CUDA_DEVICE_ORDER",
+        "CUDA_MODULE_LOADING",
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+    }
+)
+
+
 def _check_cuda_environment(audit: _Auditor, node: ast.AST) -> None:
     if isinstance(node, ast.Subscript):
         key = node.slice
@@ -761,11 +827,58 @@ def _check_cuda_environment(audit: _Auditor, node: ast.AST) -> None:
         return
     name = audit.qualify(container) or ".".join(_dotted_parts(container) or [])
     if (isinstance(node, ast.Subscript) and name == "os.environ") or name in _ENVIRON_CALLS:
+        harmless = text in _HARMLESS_CUDA_VARIABLES
         audit.report(
             "cuda-env-var",
             key,
-            f"the environment variable {text} is read by CUDA only",
+            f"the environment variable {text} is read by CUDA only"
+            + (" (a debugging or tuning switch a TPU ignores: a note)" if harmless else ""),
+            "keep it: it changes nothing off CUDA" if harmless else None,
+            severity=NOTE if harmless else None,
         )
+
+
+def _check_cuda_only_package(audit: _Auditor, node: ast.Import | ast.ImportFrom) -> None:
+    if isinstance(node, ast.ImportFrom):
+        modules = [node.module or ""] if not node.level else []
+    else:
+        modules = [alias.name for alias in node.names]
+    for module in modules:
+        package = module.split(".")[0]
+        what = CUDA_ONLY_PACKAGES.get(package)
+        if what is None:
+            continue
+        optional = audit.facts.is_optional_import(node)
+        audit.report(
+            "cuda-only-package",
+            node,
+            f"`{module}` is {what}, which runs on NVIDIA GPUs only"
+            + (" (imported under a try that catches its failure: a note)" if optional else ""),
+            'check that the fallback taken without it runs where device.type != "cuda"'
+            if optional
+            else None,
+            severity=NOTE if optional else None,
+        )
+        return
+
+
+_SCALERS = frozenset({"GradScaler", "ShardedGradScaler"})
+
+
+def _check_grad_scaler_default(audit: _Auditor, call: ast.Call) -> None:
+    name = audit.qualify(call.func)
+    if name is None or _last_name(call.func) not in _SCALERS:
+        return
+    if not name.startswith("torch.") or name.startswith("torch.cuda."):
+        return  # torch.cuda.amp.GradScaler is the cuda-amp rule's
+    if call.args or any(keyword.arg in {"device", "enabled", None} for keyword in call.keywords):
+        return  # the device is named, or whether it scales at all is the caller's choice
+    audit.report(
+        "grad-scaler-default",
+        call,
+        f"`{_last_name(call.func)}()` defaults to device='cuda': off CUDA it switches itself "
+        "off with a UserWarning (a note: with bfloat16, as on a TPU, no scaling is needed)",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -918,8 +1031,8 @@ RULE_TABLE: tuple[Rule, ...] = (
     Rule(
         "ddp-device-ids",
         MUST_CHANGE,
-        "`DistributedDataParallel(..., device_ids=[local_rank])` (or `output_device=`), and "
-        "`DataParallel(..., device_ids=...)`",
+        "`DistributedDataParallel(..., device_ids=[local_rank])` (or `output_device=`), "
+        "`DataParallel(..., device_ids=...)`, and `dist.barrier(device_ids=...)`",
         (ast.Call,),
         _check_ddp_device_ids,
         "leave device_ids and output_device out: for a module on one device DDP uses the "
@@ -971,6 +1084,27 @@ RULE_TABLE: tuple[Rule, ...] = (
         (ast.With, ast.AsyncWith, *_FUNCTIONS),
         _check_inference_mode,
         "torch.no_grad()",
+    ),
+    Rule(
+        "cuda-only-package",
+        MUST_CHANGE,
+        "an import of a package that runs on NVIDIA GPUs only ("
+        + ", ".join(f"`{package}`" for package in CUDA_ONLY_PACKAGES)
+        + "); a note under a `try` that catches its failure",
+        (ast.Import, ast.ImportFrom),
+        _check_cuda_only_package,
+        'import it only where device.type == "cuda", and give the other devices a PyTorch '
+        "path (torch.amp for apex.amp, DistributedDataParallel for apex.parallel, "
+        "torch.accelerator for cuda-python and NVML calls)",
+    ),
+    Rule(
+        "grad-scaler-default",
+        NOTE,
+        "`torch.amp.GradScaler()` or `ShardedGradScaler()` with no device, which means 'cuda'",
+        (ast.Call,),
+        _check_grad_scaler_default,
+        'say which: GradScaler(device.type, enabled=device.type == "cuda"), since a TPU '
+        "trains in bfloat16 and its GradScaler has no loss-scaling kernels in torch 2.13",
     ),
     Rule(
         "syntax-error",

@@ -145,6 +145,27 @@ _TRIGGER_WORDS = (
     "device_module",  # device_module = torch.get_device_module(device)
     "synchronize",  # dm.synchronize(), whatever the module's name
     "current_device",
+    "GradScaler",  # torch.amp.GradScaler() defaults to device="cuda"
+    "apex",  # and the other CUDA-only packages, CUDA_ONLY_PACKAGES
+    "cupy",
+    "tensorrt",
+    "pynvml",
+    "flash_attn",
+)
+
+# Packages that run on NVIDIA GPUs only (`cuda` is NVIDIA's cuda-python, `from cuda import
+# cudart`): importing one ties the file to CUDA, whatever it does with it.
+CUDA_ONLY_PACKAGES: Mapping[str, str] = MappingProxyType(
+    {
+        "apex": "NVIDIA's apex (fused CUDA kernels, amp, DDP)",
+        "cuda": "NVIDIA's cuda-python",
+        "pycuda": "PyCUDA",
+        "cupy": "CuPy",
+        "tensorrt": "TensorRT",
+        "torch_tensorrt": "Torch-TensorRT",
+        "pynvml": "NVML, NVIDIA's GPU management library",
+        "flash_attn": "FlashAttention's CUDA kernels",
+    }
 )
 
 
@@ -216,6 +237,10 @@ def _is_true(node: ast.AST) -> bool:
 
 def _is_false(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value is False
+
+
+def _is_none(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
 
 
 def _is_string(node: ast.AST) -> bool:

@@ -90,6 +90,27 @@ class _FileFacts:
     _names_a_device: bool | None = None
     ported_flags: frozenset[str] | None = None  # filled by _Auditor.ported_flags
     _falls_through_to: dict[int, list[ast.stmt]] | None = None
+    _optional_imports: set[int] | None = None
+
+    def is_optional_import(self, node: ast.Import | ast.ImportFrom) -> bool:
+        """True for an import in the body of a `try` that catches its failure (`except
+        ImportError`, `ModuleNotFoundError`, `Exception` or a bare `except`)."""
+        if self._optional_imports is None:
+            self._optional_imports = set()
+            catching = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+            for tree in self.trees:
+                for statement in _statements(tree):
+                    if not isinstance(statement, ast.Try) or not any(
+                        handler.type is None
+                        or {_last_name(kind) for kind in _handled_types(handler.type)} & catching
+                        for handler in statement.handlers
+                    ):
+                        continue
+                    for inner in statement.body:
+                        for part in _statements(inner):
+                            if isinstance(part, ast.Import | ast.ImportFrom):
+                                self._optional_imports.add(id(part))
+        return id(node) in self._optional_imports
 
     def after_if(self, node: ast.If) -> list[ast.stmt]:
         """The statements after an `if` with no `else` whose body always leaves (`return`,
@@ -123,6 +144,10 @@ class _FileFacts:
                 for node in ast.walk(tree)
             )
         return self._names_a_device
+
+
+def _handled_types(kind: ast.AST) -> list[ast.AST]:
+    return list(kind.elts) if isinstance(kind, ast.Tuple) else [kind]
 
 
 def _node_word(node: ast.AST) -> str:
@@ -355,6 +380,11 @@ class _Auditor:
         self.flags = 0
         self.current_name: str | None = None  # the resolved name of the Name/Attribute visited
         self._reported: set[int] = set()
+
+    @property
+    def in_cuda_guard(self) -> bool:
+        """True inside a CUDA guard's body or test: there a must-change finding is guarded."""
+        return bool(self.flags & (_GUARDED_FLAG | _GUARD_TEST_FLAG))
 
     @property
     def ported_flags(self) -> frozenset[str]:

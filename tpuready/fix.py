@@ -143,7 +143,14 @@ FIXED_RULES: frozenset[str] = frozenset(
 
 # Audit rules the fixer never rewrites but reports where it sees them, with advice.
 REPORTED_RULES: frozenset[str] = frozenset(
-    {"to-int-device", "set-device-index", "ddp-device-ids", "cudnn-setting", "cuda-backend-setting"}
+    {
+        "to-int-device",
+        "set-device-index",
+        "ddp-device-ids",
+        "cudnn-setting",
+        "cuda-backend-setting",
+        "cuda-only-package",
+    }
 )
 
 # `torch.cuda` names whose table replacement raises RuntimeError on a machine with no
@@ -1206,27 +1213,14 @@ def _insertion_index(
     return index
 
 
-# The rules whose findings the rewriter can act on. A text whose findings hold none of these
-# (outside guarded code and the lines the rewrite leaves as they are) is not rewritten, so
-# it is never parsed by libcst, the slow half of a fix.
-REWRITTEN_RULES: frozenset[str] = frozenset(
-    {
-        "cuda-amp",
-        "cuda-device-string",
-        "cuda-method",
-        "nccl-backend",
-        "pin-memory",
-        "torch-cuda-call",
-    }
-)
-
-
 def _may_be_rewritten(findings: Sequence[Finding]) -> bool:
-    """True when a finding may be rewritten, or the text does not parse (libcst says why)."""
+    """True when a finding may be rewritten, or the text does not parse (libcst says why).
+    A text with none is not rewritten, so it is never parsed by libcst, the slow half of a
+    fix."""
     return any(
         finding.rule == "syntax-error"
         or (
-            finding.rule in REWRITTEN_RULES
+            finding.rule in FIXED_RULES
             and finding.severity != GUARDED
             and not _left_behind(finding)
         )
