@@ -215,8 +215,10 @@ CUDA_TO_ACCELERATOR: tuple[AcceleratorEquivalent, ...] = (
     ),
     AcceleratorEquivalent(
         "torch.cuda.amp.autocast()",
-        "torch.amp.autocast(device_type=device.type, dtype=torch.bfloat16)",
-        "`torch.cuda.amp` is deprecated; on TorchTPU autocast defaults to bfloat16",
+        "torch.amp.autocast(device_type=device.type)",
+        "`torch.cuda.amp` is deprecated; each device keeps its default, float16 on CUDA as "
+        "before and bfloat16 on TorchTPU, which is what --fix writes and what the GradScaler "
+        "advice assumes",
     ),
     AcceleratorEquivalent(
         "torch.cuda.amp.custom_fwd", "torch.amp.custom_fwd(device_type=device.type)"
