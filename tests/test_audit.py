@@ -630,6 +630,8 @@ def test_the_second_corpus_shapes_have_the_severity_their_effect_off_cuda_calls_
         (30, "grad-scaler-default"),
         (31, "grad-scaler-default"),
         (39, "cuda-only-package"),  # under a bare except
+        (43, "grad-scaler-default"),  # enabled=True: still device 'cuda'
+        (49, "cuda-backend-setting"),  # a read, under its own rule
     }
     must_change = {
         (5, "cuda-only-package"),
@@ -638,6 +640,7 @@ def test_the_second_corpus_shapes_have_the_severity_their_effect_off_cuda_calls_
         (20, "ddp-device-ids"),
         (28, "cuda-env-var"),
         (35, "cudnn-setting"),  # a switch held in a name, not a value read
+        (46, "cuda-only-package"),  # its handler stops the program: not optional
     }
     assert {key for key, severity in severities.items() if severity == audit.NOTE} == notes
     assert {key for key, severity in severities.items() if severity == audit.MUST_CHANGE} == (
@@ -647,3 +650,14 @@ def test_the_second_corpus_shapes_have_the_severity_their_effect_off_cuda_calls_
         (36, "torch-cuda-call"),
         (37, "torch-cuda-call"),  # empty_cache under a CUDA guard is guarded, not a note
     }
+
+
+def test_a_dotted_capital_i_does_not_shift_the_lines_after_it() -> None:
+    source = "# " + "\u0130" * 12 + "\nimport torch\ny = torch.zeros(1).cuda()\n"
+    assert [(f.line, f.rule) for f in audit.audit_code(source)] == [(3, "cuda-method")]
+
+
+def test_barrier_advice_names_the_process_group_device() -> None:
+    source = "import torch.distributed as dist\ndist.barrier(device_ids=[local_rank])\n"
+    (finding,) = audit.audit_code(source)
+    assert finding.per_rank and "device_id=device" in finding.suggestion

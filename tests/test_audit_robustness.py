@@ -470,3 +470,17 @@ def test_a_notebook_of_another_version_names_the_conversion(tmp_path: Path) -> N
     path.write_text(json.dumps({"nbformat": 2, "worksheets": []}))
     with pytest.raises(audit.AuditInputError, match=r"\(nbformat 2\); convert it with `jupyter"):
         audit.audit_notebook(path)
+
+
+@pytest.mark.parametrize("pattern", ["!", "\\"])
+def test_an_invalid_exclude_pattern_is_a_usage_error_naming_it(
+    pattern: str, tmp_path: Path
+) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        f"[tool.tpuready]\nexclude = {json.dumps([pattern])}\n"
+    )
+    (tmp_path / "a.py").write_text(CUDA_LINE)
+    with pytest.raises(audit.AuditInputError, match=r"not a valid \.gitignore pattern"):
+        audit.audit_source(tmp_path)
+    result = run_cli("audit-source", "--diff", ".", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr

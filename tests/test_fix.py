@@ -1019,3 +1019,27 @@ def test_a_fixed_notebook_is_written_as_jupyter_saves_it(tmp_path: Path) -> None
     assert reread.cells[0] == notebook.cells[0]
     assert "x = torch.ones(1).to(device)" in reread.cells[2].source
     assert "Été" in fixed  # not escaped, as Jupyter writes it
+
+
+def test_the_names_given_after_a_dropped_backend_follow_init_process_groups_signature() -> None:
+    import inspect
+
+    parameters = list(inspect.signature(torch.distributed.init_process_group).parameters)
+    assert parameters[0] == "backend"
+    assert list(fix._AFTER_THE_BACKEND) == parameters[1 : 1 + len(fix._AFTER_THE_BACKEND)]
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        {"cell_type": "code", "source": "x = torch.zeros(1).cuda()", "metadata": []},
+        {"cell_type": "code", "source": "x = torch.zeros(1).cuda()", "metadata": {}},  # no outputs
+        {"cell_type": "code", "source": "x = torch.zeros(1).cuda()"},
+    ],
+)
+def test_a_notebook_nbformat_cannot_write_is_still_fixed(cell: dict, tmp_path: Path) -> None:
+    path = tmp_path / "odd.ipynb"
+    imports = {"cell_type": "code", "source": "import torch", "metadata": {}, "outputs": []}
+    path.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 4, "cells": [imports, cell]}))
+    fixed = json.loads(fix.fix_notebook(path).fixed)
+    assert "".join(fixed["cells"][1]["source"]) == "x = torch.zeros(1).to(device)"

@@ -38,12 +38,13 @@ file or notebook resolve names everywhere in it (`import torch.cuda as tc`,
 `from torch.backends import cudnn`, and a module alias such as `device_module = torch.cuda`).
 
 A file or cell that does not parse gives one `syntax-error` finding and the scan goes on;
-syntax newer than the running Python is said to be so. Every file is parsed, so one that
-does not parse is reported whatever it holds; a tree with no trigger word at all (no "cuda",
-".to(", "double", ...) is not walked, since no rule could fire in it, and neither is a
-statement without one. Files over `MAX_FILE_BYTES` are skipped with a
-`skipped-file` note, which bounds memory. Columns count characters, not bytes. A tree of over
-2 MB is audited by one worker process per CPU.
+syntax newer than the running Python is said to be so. Every file's syntax is checked, so
+one that does not parse is reported whatever it holds; text with no trigger word at all (no
+"cuda", ".to(", "double", ...) is only compiled, not parsed into a tree, since no rule could
+fire in it, and a statement without one is not walked. The cyclic garbage collector is paused
+while trees are built and walked (they hold no cycles). Files over `MAX_FILE_BYTES` are
+skipped with a `skipped-file` note, which bounds memory. Columns count characters, not bytes.
+A tree of over 2 MB is audited by one worker process per CPU.
 
 The rules (generated from `RULE_TABLE`, one entry per rule):
 """
@@ -198,7 +199,8 @@ _ALIAS_PATTERNS: dict[str, re.Pattern[str]] = {}
 def _trigger_lines(source: str, aliases: Mapping[str, str]) -> list[int]:
     """The numbers of the lines that hold a trigger word, ascending (lines as `ast` counts
     them: a form feed does not end a line). `str.find` per word: faster than one regex."""
-    lowered = source.lower()
+    # "İ".lower() is two characters, which would shift every offset after it.
+    lowered = source.replace("\u0130", "I").lower()
     starts: list[int] = []
     for word in _TRIGGER_TEXTS:
         at = lowered.find(word)

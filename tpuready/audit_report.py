@@ -46,7 +46,8 @@ def format_text(
 
 def format_json(findings: Sequence[Finding]) -> str:
     """The findings as a JSON list of objects with the `Finding` fields (path, cell, line,
-    column, rule, severity, message, suggestion), in report order."""
+    column, rule, severity, message, suggestion, per_rank, off_cuda, cuda_name), in report
+    order."""
     ordered = sorted(findings, key=Finding.sort_key)
     return json.dumps([finding.to_dict() for finding in ordered], indent=2) + "\n"
 

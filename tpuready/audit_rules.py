@@ -241,7 +241,7 @@ def _check_torch_cuda(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:
         message += f" (and `torch.tpu.{entry.name}` raises in TorchTPU 0.2.0)"
     nothing_off_cuda = member in _NOTHING_OFF_CUDA and not audit.in_cuda_guard
     if nothing_off_cuda:
-        message += " (off CUDA it does nothing and nothing depends on it: a note)"
+        message = f"`{name}` does nothing off CUDA, and nothing depends on it (a note)"
     audit.report(
         "torch-cuda-call",
         node,
@@ -359,7 +359,7 @@ def _check_backend_setting(
                     severity=NOTE if harmless else None,
                 )
         read = audit.qualify(node.value) if isinstance(node.value, ast.Attribute) else None
-        if read is not None and _is_a_setting_value(read):
+        if read is not None and read.startswith(prefix) and _is_a_setting_value(read):
             # `saved = torch.backends.cudnn.benchmark`: reading it changes nothing
             audit.report(
                 rule,
@@ -706,16 +706,29 @@ def _check_process_group_backend(audit: _Auditor, node: ast.AST) -> None:
             )
 
 
+def _is_index_zero(value: ast.AST) -> bool:
+    """`[0]`: the one index every TorchTPU process has."""
+    return (
+        isinstance(value, ast.List | ast.Tuple)
+        and len(value.elts) == 1
+        and isinstance(value.elts[0], ast.Constant)
+        and value.elts[0].value == 0
+    )
+
+
 def _check_ddp_device_ids(audit: _Auditor, call: ast.Call) -> None:
     if _last_name(call.func) == "barrier":
         for keyword in call.keywords:
-            if keyword.arg == "device_ids" and not _is_none(keyword.value):
+            value = keyword.value
+            if keyword.arg == "device_ids" and not _is_none(value) and not _is_index_zero(value):
                 audit.report(
                     "ddp-device-ids",
                     keyword,
-                    f"`barrier(device_ids={_shown(keyword.value, 30)})` names CUDA GPUs by "
-                    "index (an argument only NCCL takes)",
-                    "dist.barrier() without device_ids: the process group uses its own device",
+                    f"`barrier(device_ids={_shown(value, 30)})` names a device by its CUDA "
+                    f"index; {ONE_DEVICE_PER_PROCESS}",
+                    "init_process_group(..., device_id=device) once, then dist.barrier() "
+                    "without device_ids",
+                    per_rank=True,
                 )
         return
     if _last_name(call.func) not in _DDP_NAMES:
@@ -852,7 +865,7 @@ def _check_cuda_only_package(audit: _Auditor, node: ast.Import | ast.ImportFrom)
         audit.report(
             "cuda-only-package",
             node,
-            f"`{module}` is {what}, which runs on NVIDIA GPUs only"
+            f"`{module}` ({what}) needs a GPU build (CUDA, for some also ROCm), not a TPU"
             + (" (imported under a try that catches its failure: a note)" if optional else ""),
             'check that the fallback taken without it runs where device.type != "cuda"'
             if optional
@@ -871,13 +884,17 @@ def _check_grad_scaler_default(audit: _Auditor, call: ast.Call) -> None:
         return
     if not name.startswith("torch.") or name.startswith("torch.cuda."):
         return  # torch.cuda.amp.GradScaler is the cuda-amp rule's
-    if call.args or any(keyword.arg in {"device", "enabled", None} for keyword in call.keywords):
-        return  # the device is named, or whether it scales at all is the caller's choice
+    if call.args or any(
+        keyword.arg in {"device", None} or (keyword.arg == "enabled" and _is_false(keyword.value))
+        for keyword in call.keywords
+    ):
+        return  # the device is named, or the scaler is off
     audit.report(
         "grad-scaler-default",
         call,
         f"`{_last_name(call.func)}()` defaults to device='cuda': off CUDA it switches itself "
-        "off with a UserWarning (a note: with bfloat16, as on a TPU, no scaling is needed)",
+        "off with a UserWarning (a note: right where autocast is bfloat16, TorchTPU's default; "
+        "with float16 autocast the run would go unscaled)",
     )
 
 
@@ -1104,7 +1121,8 @@ RULE_TABLE: tuple[Rule, ...] = (
         (ast.Call,),
         _check_grad_scaler_default,
         'say which: GradScaler(device.type, enabled=device.type == "cuda"), since a TPU '
-        "trains in bfloat16 and its GradScaler has no loss-scaling kernels in torch 2.13",
+        "autocasts to bfloat16, which needs no loss scaling (and torch 2.13 has no generic "
+        "loss-scaling kernel; whether TorchTPU 0.2.0 registers one is not recorded)",
     ),
     Rule(
         "syntax-error",

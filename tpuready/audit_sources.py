@@ -282,7 +282,8 @@ def load_notebook(text: str | bytes, path: Path, *, upgrade: bool = True) -> dic
             notebook = nbformat.convert(nbformat.from_dict(notebook), 4)
         except Exception as error:  # nbformat's converters raise whatever the input provokes
             raise AuditInputError(
-                f"{path}: cannot read this nbformat 3 notebook; {convert}"
+                f"{path}: nbformat cannot upgrade this nbformat 3 notebook ({error}); open and "
+                "save it in Jupyter, or convert it as nbformat 4 by hand"
             ) from error
     cells = notebook.get("cells") if isinstance(notebook, dict) else None
     if not isinstance(cells, list):
@@ -399,7 +400,8 @@ def find_source_files_and_unreadable(
 @dataclass(frozen=True)
 class AuditConfig:
     """`[tool.tpuready]`: `skip` (rule ids never reported) and `exclude` (files and folders
-    never scanned, as .gitignore patterns relative to the folder of the pyproject.toml)."""
+    never scanned, as .gitignore patterns relative to the folder of the pyproject.toml, read
+    by `pathspec`; unlike git, `!pattern` takes back a file even inside an excluded folder)."""
 
     skip: frozenset[str] = frozenset()
     exclude: tuple[str, ...] = ()
@@ -412,7 +414,7 @@ class AuditConfig:
 
     def excludes(self, path: Path) -> bool:
         """True when `path` (or one of its folders) matches the `exclude` patterns, read with
-        .gitignore's rules by `pathspec`: `!pattern` takes a path back, `dir/` names folders."""
+        .gitignore's rules by `pathspec`: `dir/` names folders, `!pattern` takes a path back."""
         if not self.exclude or self.root is None:
             return False
         try:
@@ -450,7 +452,7 @@ def load_config(start: PathArgument, known_rules: Iterable[str]) -> AuditConfig:
     if unknown_keys:
         raise AuditInputError(
             f"{pyproject}: unknown [tool.tpuready] key(s) {sorted(unknown_keys)}; "
-            f"use 'skip' (rule ids) and 'exclude' (glob patterns)"
+            f"use 'skip' (rule ids) and 'exclude' (.gitignore patterns)"
         )
     lists = {}
     for key in ("skip", "exclude"):
@@ -460,6 +462,14 @@ def load_config(start: PathArgument, known_rules: Iterable[str]) -> AuditConfig:
                 f"{pyproject}: [tool.tpuready] {key} must be a list of strings, got {value!r}"
             )
         lists[key] = value
+    for pattern in lists["exclude"]:
+        try:
+            pathspec.GitIgnoreSpec.from_lines([pattern])
+        except ValueError as error:  # pathspec's GitIgnorePatternError is a ValueError
+            raise AuditInputError(
+                f"{pyproject}: [tool.tpuready] exclude pattern {pattern!r} is not a valid "
+                f".gitignore pattern ({error})"
+            ) from error
     unknown_rules = sorted(set(lists["skip"]) - set(known_rules))
     if unknown_rules:
         raise AuditInputError(

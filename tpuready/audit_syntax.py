@@ -128,6 +128,22 @@ _DDP_NAMES = frozenset({"DistributedDataParallel", "DDP", "DataParallel"})
 _ENVIRON_CALLS = frozenset(
     {"os.environ.get", "os.environ.setdefault", "os.environ.pop", "os.getenv", "os.putenv"}
 )
+
+# Packages built for GPUs only (CUDA; some also ROCm; `cuda` is NVIDIA's cuda-python, as in
+# `from cuda import cudart`): importing one ties the file to a GPU, whatever it does with it.
+CUDA_ONLY_PACKAGES: Mapping[str, str] = MappingProxyType(
+    {
+        "apex": "NVIDIA's apex (fused CUDA kernels, amp, DDP)",
+        "cuda": "NVIDIA's cuda-python",
+        "pycuda": "PyCUDA",
+        "cupy": "CuPy",
+        "tensorrt": "TensorRT",
+        "torch_tensorrt": "Torch-TensorRT",
+        "pynvml": "NVML, NVIDIA's GPU management library",
+        "flash_attn": "FlashAttention's CUDA kernels",
+    }
+)
+
 _TRIGGER_WORDS = (
     "cuda",
     "CUDA",
@@ -146,26 +162,7 @@ _TRIGGER_WORDS = (
     "synchronize",  # dm.synchronize(), whatever the module's name
     "current_device",
     "GradScaler",  # torch.amp.GradScaler() defaults to device="cuda"
-    "apex",  # and the other CUDA-only packages, CUDA_ONLY_PACKAGES
-    "cupy",
-    "tensorrt",
-    "pynvml",
-    "flash_attn",
-)
-
-# Packages that run on NVIDIA GPUs only (`cuda` is NVIDIA's cuda-python, `from cuda import
-# cudart`): importing one ties the file to CUDA, whatever it does with it.
-CUDA_ONLY_PACKAGES: Mapping[str, str] = MappingProxyType(
-    {
-        "apex": "NVIDIA's apex (fused CUDA kernels, amp, DDP)",
-        "cuda": "NVIDIA's cuda-python",
-        "pycuda": "PyCUDA",
-        "cupy": "CuPy",
-        "tensorrt": "TensorRT",
-        "torch_tensorrt": "Torch-TensorRT",
-        "pynvml": "NVML, NVIDIA's GPU management library",
-        "flash_attn": "FlashAttention's CUDA kernels",
-    }
+    *CUDA_ONLY_PACKAGES,
 )
 
 

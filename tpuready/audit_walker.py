@@ -94,15 +94,20 @@ class _FileFacts:
 
     def is_optional_import(self, node: ast.Import | ast.ImportFrom) -> bool:
         """True for an import in the body of a `try` that catches its failure (`except
-        ImportError`, `ModuleNotFoundError`, `Exception` or a bare `except`)."""
+        ImportError`, `ModuleNotFoundError`, `Exception` or a bare `except`) and goes on: a
+        handler that ends in `raise` or an exit does not make the import optional."""
         if self._optional_imports is None:
             self._optional_imports = set()
             catching = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
             for tree in self.trees:
                 for statement in _statements(tree):
                     if not isinstance(statement, ast.Try) or not any(
-                        handler.type is None
-                        or {_last_name(kind) for kind in _handled_types(handler.type)} & catching
+                        (
+                            handler.type is None
+                            or {_last_name(kind) for kind in _handled_types(handler.type)}
+                            & catching
+                        )
+                        and not _ends_the_program(handler.body[-1])
                         for handler in statement.handlers
                     ):
                         continue
@@ -144,6 +149,17 @@ class _FileFacts:
                 for node in ast.walk(tree)
             )
         return self._names_a_device
+
+
+def _ends_the_program(statement: ast.stmt) -> bool:
+    """`raise ...` or an exit call (`sys.exit(...)`, `exit()`)."""
+    if isinstance(statement, ast.Raise):
+        return True
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Call)
+        and _last_name(statement.value.func) in {"exit", "quit", "_exit"}
+    )
 
 
 def _handled_types(kind: ast.AST) -> list[ast.AST]:

@@ -58,6 +58,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import json
 import os
 import re
 import sys
@@ -1532,6 +1533,16 @@ def _unmask_ipython(text: str, originals: dict[str, str]) -> str:
     return "\n".join(originals.get(line, line) for line in text.split("\n"))
 
 
+def _notebook_text(notebook: dict[str, object]) -> str:
+    """The notebook as Jupyter saves it (nbformat's writer); a notebook nbformat cannot write
+    (a cell whose metadata is a list, a code cell with no outputs: the audit reads those too)
+    is written as JSON with the same indent, keys in their order."""
+    try:
+        return nbformat.v4.writes(nbformat.from_dict(notebook)) + "\n"
+    except (AttributeError, TypeError, KeyError, ValueError):
+        return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
+
+
 def fix_notebook(
     path: str | os.PathLike[str], *, config: AuditConfig | None = None
 ) -> NotebookFixResult:
@@ -1647,7 +1658,7 @@ def fix_notebook(
     cell_results = tuple(sorted(results.items()))
     fixed = text
     if any(result.changed for _, result in cell_results):
-        fixed = nbformat.v4.writes(nbformat.from_dict(notebook)) + "\n"  # as Jupyter saves
+        fixed = _notebook_text(notebook)
     return NotebookFixResult(text, fixed, cell_results, tuple(skipped))
 
 
