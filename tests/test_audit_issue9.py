@@ -71,12 +71,13 @@ def test_backend_setting_advice_follows_the_value_assigned() -> None:
     assert lines[7].suggestion.startswith("torch.use_deterministic_algorithms(True)")
     assert lines[8].suggestion.startswith("keep it")
     # What a TPU loses decides the severity: determinism and full float32 asked for are lost
-    # there (must change); TF32 or non-determinism allowed is what a TPU does anyway (a note).
+    # there (must change); non-determinism allowed is what a TPU does anyway (a note). TF32
+    # for matmuls also sets the global matmul precision, which TorchTPU may read (must change).
     assert [lines[number].severity for number in (5, 6, 7, 8)] == [
         "must-change",
         "note",
         "must-change",
-        "note",
+        "must-change",
     ]
 
 
@@ -89,7 +90,7 @@ def test_backend_setting_advice_follows_the_value_assigned() -> None:
         ("torch.backends.cudnn.allow_tf32 = True", "note"),
         ("torch.backends.cudnn.allow_tf32 = False", "must-change"),
         ("torch.backends.cudnn.allow_tf32 = args.tf32", "must-change"),
-        ("torch.backends.cuda.matmul.allow_tf32 = True", "note"),
+        ("torch.backends.cuda.matmul.allow_tf32 = True", "must-change"),
         ("torch.backends.cuda.matmul.allow_tf32 = use_tf32", "must-change"),
         ("torch.backends.cudnn.deterministic = True", "must-change"),
         ("torch.backends.cudnn.deterministic = False", "note"),
@@ -138,8 +139,18 @@ def test_float64_advice_never_sends_counts_to_bfloat16() -> None:
 
 def test_tf32_advice_says_what_high_means_on_torchtpu() -> None:
     suggestion = _suggestion("torch.backends.cuda.matmul.allow_tf32 = True\n")
-    assert "does nothing on a TPU" in suggestion
-    assert "three bf16 passes" in suggestion and "where the original line did nothing" in suggestion
+    assert 'if device.type == "cuda"' in suggestion and "three bf16 passes" in suggestion
+    assert "not recorded" in suggestion  # what TorchTPU reads is unknown: say so
+
+
+def test_allowing_tf32_for_matmuls_sets_the_global_matmul_precision() -> None:
+    """The fact the advice rests on, checked against the pinned torch."""
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def test_per_rank_advice_is_one_recipe_in_the_audit_and_the_fix() -> None:

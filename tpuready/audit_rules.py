@@ -294,10 +294,11 @@ def _setting_suggestion(setting: str, value: ast.AST | None) -> str:
         if value is not None and not _is_true(value):
             return f'torch.set_float32_matmul_precision("high" if {shown} else "highest")'
         return (
-            "keep it: it turns TF32 on for CUDA matmuls and does nothing on a TPU, whose "
-            "float32 matmuls are one bf16 pass by default. Do not port it to "
-            'torch.set_float32_matmul_precision("high") unconditionally: on TorchTPU "high" '
-            "means three bf16 passes per matmul, slower, where the original line did nothing"
+            'keep it, under `if device.type == "cuda":`. In torch 2.13 this line also sets '
+            'torch.get_float32_matmul_precision() to "high", as '
+            'torch.set_float32_matmul_precision("high") does, and TorchTPU maps "high" to three '
+            "bf16 passes per matmul where its default is one; whether TorchTPU 0.2.0 reads the "
+            "value this line sets is not recorded, so keep it off the TPU path"
         )
     if setting == "enabled":
         return "keep it: it switches cuDNN on CUDA GPUs and does nothing elsewhere"
@@ -319,8 +320,10 @@ def _harmless_off_cuda(setting: str, value: ast.AST) -> bool:
     lost there, and stays must-change."""
     if setting in {"benchmark", "enabled"}:
         return True  # autotuning and the cuDNN switch: CUDA kernels only, no result changes
-    if setting in {"allow_tf32", "matmul.allow_tf32"}:
-        return _is_true(value)  # TF32 allowed: a TPU's default float32 matmul is coarser still
+    if setting == "allow_tf32":
+        return _is_true(value)  # TF32 for cuDNN convolutions: a TPU's default is coarser still
+    # `matmul.allow_tf32 = True` is not harmless: in torch 2.13 it also sets the global float32
+    # matmul precision to "high", which TorchTPU may read as three passes.
     if setting == "deterministic":
         return _is_false(value)  # non-determinism allowed: the default everywhere
     return False
