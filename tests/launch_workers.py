@@ -70,6 +70,15 @@ def exit_abruptly_on_one_rank(rank: int, world_size: int, failing_rank: int) -> 
     return values.item()
 
 
+def fail_late_on_one_rank(rank: int, world_size: int, late_rank: int, silently: bool) -> None:
+    """The other ranks raise at once; `late_rank` fails a moment later, by os._exit or raising."""
+    if rank == late_rank:
+        time.sleep(0.5)
+        if silently:
+            os._exit(3)
+    raise ValueError(f"rank {rank} failed on purpose")
+
+
 def hang_on_some_ranks(rank: int, world_size: int, hanging_ranks: list[int]) -> int:
     """The ranks in `hanging_ranks` sleep far past any test timeout; the others return."""
     if rank in hanging_ranks:

@@ -30,6 +30,7 @@ from launch_workers import (
     Holder,
     die_mid_message,
     exit_abruptly_on_one_rank,
+    fail_late_on_one_rank,
     fail_on_one_rank,
     hang_on_some_ranks,
     noisy_all_reduce,
@@ -153,6 +154,23 @@ def test_a_rank_that_dies_without_a_traceback_is_named_with_its_exit_code() -> N
     assert str(caught.value).splitlines()[0] == (
         "rank 0 of 2 failed: its process exited with code 3"
     )
+
+
+def test_a_silent_death_that_arrives_after_another_ranks_error_is_the_one_named() -> None:
+    # The order a rank's error and a dead rank's end of pipe reach the caller is not fixed: a
+    # dying process closes its files one by one, and its peers' collectives can fail first.
+    with pytest.raises(WorkerCrashedError) as caught:
+        run_workers(fail_late_on_one_rank, 2, 0, True, timeout_seconds=120)
+
+    assert caught.value.rank == 0
+    assert "exited with code 3" in str(caught.value).splitlines()[0]
+
+
+def test_of_two_errors_with_tracebacks_the_first_to_arrive_is_the_one_named() -> None:
+    with pytest.raises(WorkerCrashedError) as caught:
+        run_workers(fail_late_on_one_rank, 2, 0, False, timeout_seconds=120)
+
+    assert caught.value.rank == 1
 
 
 def test_hung_ranks_are_named_and_every_process_is_ended(

@@ -29,7 +29,9 @@ What `run_workers` guarantees, and why:
 - The ranks print nothing to your screen. Each rank's stdout, stderr and warnings go to a
   temporary log file; the tail of that log comes back inside the error if the rank fails.
   Results come back as return values, in rank order, so output is the caller's to print.
-- A failing rank raises `WorkerCrashedError` in the caller at once, with its traceback. Ranks
+- A failing rank raises `WorkerCrashedError` in the caller at once, with its traceback (the
+  other ranks get up to `FAILURE_GRACE_SECONDS` to report too, so that when a rank's silent
+  death made its peers' collectives fail, the dead rank is the one named). Ranks
   that take too long raise `WorkersTimedOutError`, which names them. Two clocks run: one for
   start-up (importing torch and joining the group takes 2-4 s per rank, far more on a busy
   laptop) and one for the worker itself, started once every rank has joined.
@@ -114,6 +116,9 @@ PARENT_CHECK_SECONDS = 1.0
 PARENT_GONE_EXIT_CODE = 1
 # After `terminate` (SIGTERM) a process gets this long to exit before `kill` (SIGKILL).
 STOP_GRACE_SECONDS = 5.0
+# After a rank reports an error, the others get this long to report too, so that a rank whose
+# silent death caused that error (its peers' collectives fail) is the one named.
+FAILURE_GRACE_SECONDS = 2.0
 
 
 class WorkerCrashedError(RuntimeError):
@@ -446,15 +451,7 @@ def _collect_results(
         failures: list[tuple[int, tuple[str, str] | None]] = []
         for connection in ready:
             rank = pending[connection]
-            try:
-                kind, value = pickle.loads(connection.recv_bytes())
-            except (EOFError, OSError):
-                # The process died without a word (killed, os._exit, segfault), or halfway
-                # through a message (the pipe ends mid-message: OSError). Same report either way.
-                kind, value = "error", None
-            except Exception as error:  # a whole message that cannot be unpickled here
-                summary = f"the caller could not unpickle its message: {type(error).__name__}"
-                kind, value = "error", (f"{summary}: {error}", traceback.format_exc())
+            kind, value = _read_message(connection)
             if kind == "joined":
                 joined.add(rank)
                 if len(joined) == world_size:  # everyone is in: the worker's clock starts
@@ -464,9 +461,52 @@ def _collect_results(
                 del pending[connection]
             else:
                 failures.append((rank, value))
+                del pending[connection]
         if failures:
+            failures.sort(key=lambda failure: (failure[1] is not None, failure[0]))
+            if failures[0][1] is not None:
+                failures.extend(_silent_deaths(pending))
             raise _crashed(failures, joined, processes, logs)
     return results
+
+
+def _read_message(connection: Connection) -> tuple[str, Any]:
+    """One message from a rank: ("joined", None), ("result", value) or ("error", details).
+
+    The details are a (summary, traceback) pair, or None for a rank that ended without a word.
+    """
+    try:
+        return pickle.loads(connection.recv_bytes())
+    except (EOFError, OSError):
+        # The process died without a word (killed, os._exit, segfault), or halfway through a
+        # message (the pipe ends mid-message: OSError). Same report either way.
+        return "error", None
+    except Exception as error:  # a whole message that cannot be unpickled here
+        summary = f"the caller could not unpickle its message: {type(error).__name__}"
+        return "error", (f"{summary}: {error}", traceback.format_exc())
+
+
+def _silent_deaths(pending: dict[Connection, int]) -> list[tuple[int, None]]:
+    """The ranks among `pending` that die without a word within `FAILURE_GRACE_SECONDS`.
+
+    A rank's error can reach the caller before the end of the pipe of a rank that died a
+    moment earlier (a process closes its files one by one as it exits): the dead rank is
+    the cause, and the error that arrived first is only its consequence.
+    """
+    deaths: list[tuple[int, None]] = []
+    waiting = dict(pending)
+    grace_deadline = time.monotonic() + FAILURE_GRACE_SECONDS
+    while waiting and not deaths:
+        ready = wait(list(waiting), timeout=max(grace_deadline - time.monotonic(), 0))
+        if not ready:
+            break
+        for connection in ready:
+            kind, value = _read_message(connection)
+            if kind != "joined":  # a rank that only joined now may still die: keep watching
+                rank = waiting.pop(connection)
+                if kind == "error" and value is None:
+                    deaths.append((rank, None))
+    return deaths
 
 
 def _timed_out(
@@ -504,12 +544,14 @@ def _crashed(
     processes: list[BaseProcess],
     logs: list[_LogFile],
 ) -> WorkerCrashedError:
-    """Stop every rank, then build the error for the failure that came first.
+    """Stop every rank, then build the error for the failure that caused the others.
 
     A rank that died silently (no summary and traceback) wins: its death makes the other
-    ranks' collectives fail, and their errors can arrive in the same batch.
+    ranks' collectives fail, and their errors can arrive first. Otherwise the first error to
+    arrive wins (the lowest rank among those that arrived together).
     """
-    rank, error = min(failures, key=lambda failure: (failure[1] is not None, failure[0]))
+    # `failures` is in order of arrival, and min keeps the first of equals.
+    rank, error = min(failures, key=lambda failure: failure[1] is not None)
     _stop(processes)
     if error is None:
         summary = f"its process exited with code {processes[rank].exitcode}"
