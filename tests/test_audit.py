@@ -49,6 +49,7 @@ RULE_FIXTURES = {
     "compile-mode": ("issue9/real_world_ties.py", 'if device.type == "cuda" else None'),
     "device-module-call": ("issue9/real_world_ties.py", "torch.accelerator."),
     "cuda-only-package": ("issue15/fresh_corpus_shapes.py", "device.type"),
+    "cuda-named-helper": ("issue15/fresh_corpus_shapes.py", "device-neutral version"),
     "grad-scaler-default": ("issue15/fresh_corpus_shapes.py", 'enabled=device.type == "cuda"'),
 }
 
@@ -641,14 +642,30 @@ def test_the_second_corpus_shapes_have_the_severity_their_effect_off_cuda_calls_
         (28, "cuda-env-var"),
         (35, "cudnn-setting"),  # a switch held in a name, not a value read
         (46, "cuda-only-package"),  # its handler stops the program: not optional
+        (52, "torch-cuda-call"),  # `device_count() > 1`: a TPU host counts 0 CUDA GPUs
+        (56, "torch-cuda-call"),  # the same under an `and` that guards it
+        (57, "torch-cuda-call"),  # `available and is_bf16_supported()`: no bfloat16 on a TPU
+        (62, "cuda-named-helper"),
+        (67, "torch-cuda-call"),  # the other branch counts one device
+        (68, "torch-cuda-call"),  # so the count inside is not guarded
+        (71, "torch-cuda-call"),  # the other branch a TPU takes calls .cuda() too
+        (72, "cuda-method"),
+        (76, "cuda-method"),
+        (80, "torch-cuda-call"),  # `available and device_count() > 1` is ported whole
+        (82, "torch-cuda-call"),  # `device_count() if available else 1` counts one on a TPU
     }
     assert {key for key, severity in severities.items() if severity == audit.NOTE} == notes
     assert {key for key, severity in severities.items() if severity == audit.MUST_CHANGE} == (
         must_change
     )
+    # Two findings share each of these lines (the probe and the count): both must change.
+    assert [f.severity for f in findings if f.line in {80, 82}] == [audit.MUST_CHANGE] * 4
     assert {key for key, severity in severities.items() if severity == audit.GUARDED} == {
         (36, "torch-cuda-call"),
         (37, "torch-cuda-call"),  # empty_cache under a CUDA guard is guarded, not a note
+        (54, "torch-cuda-call"),  # `device_count() > 0` asks whether CUDA is there
+        (55, "torch-cuda-call"),
+        (59, "torch-cuda-call"),  # after `device.type != "cuda" or`: runs on CUDA only
     }
 
 

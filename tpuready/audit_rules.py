@@ -6,6 +6,7 @@ module docstring of `tpuready.audit` and `--fix`'s view of the rules all come fr
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -36,6 +37,7 @@ from tpuready.audit_syntax import (
     MUST_CHANGE,
     NOTE,
     OFF_CUDA_BRANCH,
+    ONE_DEVICE_PATH,
     ONE_DEVICE_PER_PROCESS,
     _choices_are_not_devices,
     _device_choice,
@@ -207,7 +209,45 @@ def _check_cuda_test_fallback(audit: _Auditor, node: ast.If | ast.IfExp) -> None
 _NOTHING_OFF_CUDA = frozenset({"empty_cache"})
 
 
-def _check_torch_cuda(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:
+def _check_cuda_decision(audit: _Auditor, node: ast.Compare | ast.BoolOp) -> None:
+    """A decision a TPU gets wrong even where a CUDA guard holds it: guarding it is the fault.
+
+    `torch.cuda.device_count() > 1` is False on a TPU host with several chips (it counts 0),
+    so the one-device path runs (no all_reduce of the loss, no DDP); an `and` with
+    `torch.cuda.is_bf16_supported()` is False on a TPU, which runs bfloat16 natively.
+    """
+    if isinstance(node, ast.Compare):
+        if audit.asks_for_several_cuda_gpus(node):
+            audit.report(
+                "torch-cuda-call",
+                node.left.func,  # type: ignore[attr-defined]
+                f"`{_shown(node)}` asks for several CUDA GPUs: torch.cuda counts 0 on a TPU "
+                f"host, which {ONE_DEVICE_PATH} however many chips it has",
+                "torch.accelerator.device_count()" + _shown(node)[len(_shown(node.left)) :],
+                cuda_name="device_count",
+                even_in_guard=True,
+                off_cuda=ONE_DEVICE_PATH,
+            )
+        return
+    bf16_check = audit.bf16_check_in(node)
+    if bf16_check is not None:
+        audit.report(
+            "torch-cuda-call",
+            bf16_check.func,
+            f"`{_shown(node, 60)}` is False on a TPU, which runs bfloat16 natively: a TPU never "
+            "takes the bfloat16 path",
+            _EXTRA_EQUIVALENTS["is_bf16_supported"],
+            cuda_name="is_bf16_supported",
+            even_in_guard=True,
+        )
+
+
+def _check_torch_cuda(
+    audit: _Auditor, node: ast.Name | ast.Attribute | ast.Compare | ast.BoolOp
+) -> None:
+    if isinstance(node, ast.Compare | ast.BoolOp):
+        _check_cuda_decision(audit, node)
+        return
     name = audit.current_name
     if name is None or not (name == "torch.cuda" or name.startswith("torch.cuda.")):
         return
@@ -878,6 +918,31 @@ def _check_cuda_only_package(audit: _Auditor, node: ast.Import | ast.ImportFrom)
         return
 
 
+# `cuda` as a word of a function's name: `model_parallel_cuda_manual_seed`, `get_cuda_rng`.
+_CUDA_WORD = re.compile(r"(?:^|_)cuda(?:_|$)", re.IGNORECASE)
+# A private helper (the package's own business) or a question about CUDA (`is_cuda_tensor`).
+_NOT_A_CUDA_HELPER = re.compile(r"_|(?:is|has|use|on)_", re.IGNORECASE)
+
+
+def _check_cuda_named_helper(audit: _Auditor, call: ast.Call) -> None:
+    """A call of an imported function named for CUDA: the audit cannot read its body."""
+    function = call.func
+    if not isinstance(function, ast.Name | ast.Attribute):
+        return
+    last = _last_name(function)
+    if last.lower() == "cuda" or not _CUDA_WORD.search(last) or _NOT_A_CUDA_HELPER.match(last):
+        return
+    name = audit.qualify(function)
+    if name is None or name.split(".")[0] == "torch":  # local, or under the torch rules
+        return
+    audit.report(
+        "cuda-named-helper",
+        function,
+        f"`{name}` comes from another package and is named for CUDA; the audit cannot read "
+        "it, and as named it works on CUDA GPUs only",
+    )
+
+
 _SCALERS = frozenset({"GradScaler", "ShardedGradScaler"})
 
 
@@ -967,8 +1032,10 @@ RULE_TABLE: tuple[Rule, ...] = (
     Rule(
         "torch-cuda-call",
         MUST_CHANGE,
-        "a `torch.cuda.*` name (or `torch.cuda` held as a module), with its portable spelling",
-        _NAMES,
+        "a `torch.cuda.*` name (or `torch.cuda` held as a module), with its portable spelling; "
+        "under a CUDA guard too where a TPU gets the decision wrong (`torch.cuda.device_count() "
+        "> 1`, `torch.cuda.is_available() and torch.cuda.is_bf16_supported()`)",
+        (*_NAMES, ast.Compare, ast.BoolOp),
         _check_torch_cuda,
         "torch.accelerator",
     ),
@@ -1104,6 +1171,17 @@ RULE_TABLE: tuple[Rule, ...] = (
         (ast.With, ast.AsyncWith, *_FUNCTIONS),
         _check_inference_mode,
         "torch.no_grad()",
+    ),
+    Rule(
+        "cuda-named-helper",
+        MUST_CHANGE,
+        "a call of an imported function with `cuda` as a word of its name "
+        "(`mpu.model_parallel_cuda_manual_seed(seed)`)",
+        (ast.Call,),
+        _check_cuda_named_helper,
+        "read the helper: use the package's device-neutral version where it has one, port "
+        'the torch.cuda calls inside it, or keep it under `if device.type == "cuda":` when it '
+        "only serves CUDA",
     ),
     Rule(
         "cuda-only-package",

@@ -175,7 +175,7 @@ class Finding:
     one of `SEVERITIES`. What the message says in words, the last three fields say for
     programs (`--fix` reads them): `per_rank` when the line names a process's own CUDA index
     (which TorchTPU, one device per process, sees as 0), `off_cuda` what the branch taken off
-    CUDA does when a TPU would take it ("falls back to the CPU", "exits", ...), and
+    CUDA does when a TPU would take it (one of `_FALLBACKS`, or `ONE_DEVICE_PATH`), and
     `cuda_name` the `torch.cuda` member named. `--format json` writes these fields, in this
     order.
     """
@@ -360,8 +360,13 @@ _FALLBACKS = (
     "stops the program",
     PICKS_FLOAT16,
     "leaves the work on the CPU",  # the CUDA branch moves it (`.cuda()`, DDP); this one not
+    "runs CUDA-only code as well",  # `elif cuda: ... else: model.cuda()`: a TPU crashes there
+    "counts a fixed number of devices",  # `n = torch.cuda.device_count()` / `else: n = 1`
 )
 
+
+# What a TPU does at `torch.cuda.device_count() > 1`: a CUDA check that `--fix` ports too.
+ONE_DEVICE_PATH = "takes the one-device path"
 
 # Marks the message of a CUDA check the audit ports because of what its other branch does;
 # `--fix` rewrites those checks (tpuready.fix reads the mark from here).

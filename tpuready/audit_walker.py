@@ -328,6 +328,54 @@ def _places_work(node: ast.AST, *, on_cuda: bool) -> bool:
     )
 
 
+# Comparisons of a device count that ask for more than one device: (operator, smallest n).
+_SEVERAL_DEVICES = ((ast.Gt, 1), (ast.GtE, 2), (ast.Lt, 2), (ast.LtE, 1), (ast.Eq, 1))
+
+
+def _is_cuda_method_call(node: ast.AST) -> bool:
+    """`x.cuda(...)`: a call that needs a CUDA GPU."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "cuda"
+    )
+
+
+def _is_device_count_call(node: ast.AST) -> bool:
+    """`torch.cuda.device_count()` (or `cuda.device_count()` after `from torch import cuda`)."""
+    return (
+        isinstance(node, ast.Call)
+        and _last_name(node.func) == "device_count"
+        and "cuda" in (_dotted_parts(node.func) or ())
+    )
+
+
+def _is_whole_number(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
+def _counted_names(nodes: Iterable[ast.AST]) -> set[str]:
+    """Names assigned a CUDA device count: `n = torch.cuda.device_count()`."""
+    return {
+        target.id
+        for node in nodes
+        if isinstance(node, ast.Assign) and _is_device_count_call(node.value)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+
+def _fixed_count_names(nodes: Iterable[ast.AST]) -> set[str]:
+    """Names assigned a whole number: `n = 1`, the other branch of a device count."""
+    return {
+        target.id
+        for node in nodes
+        if isinstance(node, ast.Assign) and _is_whole_number(node.value)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+
 # `torch.cuda` members that stay CUDA-only after a port (no accelerator call gives the same):
 # a CUDA branch holding one is CUDA-specific code, kept as a guard even where it moves work.
 _STAYS_CUDA_ONLY = frozenset(
@@ -470,6 +518,15 @@ class _Auditor:
                         pending.append(
                             (child, flags | _GUARD_TEST_FLAG if child in probe else flags)
                         )
+            elif node_type is ast.BoolOp:
+                # `available and cuda_only()`, `not_cuda or cuda_only()`: the operands after
+                # the one that decides for CUDA run on CUDA only.
+                on_cuda_only = isinstance(node.op, ast.And)  # type: ignore[attr-defined]
+                value_flags = flags
+                for value in node.values:  # type: ignore[attr-defined]
+                    pending.append((value, value_flags))
+                    if self.is_cuda_test(value) is on_cuda_only:
+                        value_flags = flags | _GUARDED_FLAG
             elif node_type is ast.If or node_type is ast.IfExp:
                 polarity = self.guard_polarity(node)
                 test_flags = flags | _GUARD_TEST_FLAG if polarity is not None else flags
@@ -587,6 +644,44 @@ class _Auditor:
         flag = _last_name(node)
         return _CUDA_FLAG_NAME.search(flag) is not None and flag not in self.ported_flags
 
+    def asks_for_several_cuda_gpus(self, node: ast.Compare) -> bool:
+        """`torch.cuda.device_count() > 1` (or `>= 2`, `== 2`, ...): False on a TPU host."""
+        if len(node.ops) != 1 or not isinstance(node.left, ast.Call):
+            return False
+        count, limit = node.left.func, node.comparators[0]
+        return (
+            isinstance(count, ast.Attribute)
+            and self.qualify(count) == "torch.cuda.device_count"
+            and isinstance(limit, ast.Constant)
+            and type(limit.value) is int
+            and any(
+                isinstance(node.ops[0], operator) and limit.value >= smallest
+                for operator, smallest in _SEVERAL_DEVICES
+            )
+        )
+
+    def bf16_check_in(self, node: ast.BoolOp) -> ast.Call | None:
+        """The `torch.cuda.is_bf16_supported()` operand of an `and`: False on a TPU."""
+        if not isinstance(node.op, ast.And):
+            return None
+        for value in node.values:
+            if (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Attribute)
+                and self.qualify(value.func) == "torch.cuda.is_bf16_supported"
+            ):
+                return value
+        return None
+
+    def decides_wrong_for_a_tpu(self, test: ast.AST) -> bool:
+        """A test holding a decision a TPU gets wrong (`asks_for_several_cuda_gpus`,
+        `bf16_check_in`): it is ported, not kept as a guard."""
+        return any(
+            (isinstance(inner, ast.Compare) and self.asks_for_several_cuda_gpus(inner))
+            or (isinstance(inner, ast.BoolOp) and self.bf16_check_in(inner) is not None)
+            for inner in ast.walk(test)
+        )
+
     def guard_polarity(self, node: ast.If | ast.IfExp) -> bool | None:
         """True: the body runs only on CUDA; False: the else-branch does; None: not a guard.
 
@@ -594,7 +689,7 @@ class _Auditor:
         torch.device("cuda")`) is a choice, not a guard, and so is one whose other branch is
         what a TPU must not get (`fallback_of`): both are ported, not kept."""
         polarity = self.is_cuda_test(node.test)
-        if polarity is None:
+        if polarity is None or self.decides_wrong_for_a_tpu(node.test):
             return None
         chosen = node.body if polarity else node.orelse
         statements = chosen if isinstance(chosen, list) else []
@@ -662,6 +757,15 @@ class _Auditor:
             _places_work(inner, on_cuda=False) for inner in reachable
         ):
             return 3  # `if torch.cuda.is_available(): model.cuda()`: a TPU keeps the CPU
+        written = node.orelse if polarity else node.body  # the branch as written, not after it
+        if isinstance(node, ast.IfExp):
+            if _is_device_count_call(cuda_path) and _is_whole_number(written):
+                return 5  # `torch.cuda.device_count() if available else 1`
+        elif written:
+            if any(_is_cuda_method_call(inner) for inner in reachable):
+                return 4
+            if _counted_names(cuda_nodes) & _fixed_count_names(reachable):
+                return 5
         return None
 
     def _reachable_off_cuda(
@@ -744,7 +848,11 @@ class _Auditor:
         at_attribute: bool = False,
         per_rank: bool = False,
         cuda_name: str | None = None,
+        even_in_guard: bool = False,
+        off_cuda: str | None = None,
     ) -> None:
+        """Record one finding at `node` (once per node). A must-change finding inside a CUDA
+        guard is guarded, unless `even_in_guard`: the guard itself is what a TPU gets wrong."""
         if id(node) in self._reported:
             return
         self._reported.add(id(node))
@@ -752,18 +860,18 @@ class _Auditor:
         severity = severity or entry.severity
         suggestion = suggestion or entry.advice
         fallback = self.flags >> _FALLBACK_SHIFT
-        off_cuda = None
-        if severity == MUST_CHANGE and fallback:
+        if severity == MUST_CHANGE and fallback and off_cuda is None:
             off_cuda = _FALLBACKS[fallback - 1]
             message += f" ({OFF_CUDA_BRANCH} {off_cuda}: a TPU would take it)"
             if rule == "torch-cuda-call" and off_cuda == PICKS_FLOAT16:
                 suggestion = BFLOAT16_OFF_CUDA
-        if severity == MUST_CHANGE and self.flags & _GUARD_TEST_FLAG:
-            severity, suggestion = GUARDED, _PROBE_ADVICE
-            message += " (a CUDA guard)"
-        elif severity == MUST_CHANGE and self.flags & _GUARDED_FLAG:
-            severity = GUARDED
-            message += " (inside a CUDA-only guard: correct as it stands)"
+        if severity == MUST_CHANGE and not even_in_guard:
+            if self.flags & _GUARD_TEST_FLAG:
+                severity, suggestion = GUARDED, _PROBE_ADVICE
+                message += " (a CUDA guard)"
+            elif self.flags & _GUARDED_FLAG:
+                severity = GUARDED
+                message += " (inside a CUDA-only guard: correct as it stands)"
         if at_attribute and isinstance(node, ast.Attribute) and node.end_lineno is not None:
             # `model\n    .cuda()`: point at the line that holds `.cuda`, not at `model`.
             line = node.end_lineno
