@@ -22,9 +22,9 @@ _SEVERITY_HEADINGS = {
     NOTE: "notes",
 }
 
-CHOOSE_DEVICE = (
-    'device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
-)
+# The one device choice the book teaches: the accelerator present, else the CPU.
+DEVICE_CHOICE = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
+CHOOSE_DEVICE = f"device = {DEVICE_CHOICE}"
 _GUARD_ADVICE = 'or run it only when device.type == "cuda"'
 # Ends the message of a per-rank index; `--fix` reads it to leave such lines (and their checks).
 ONE_DEVICE_PER_PROCESS = "TorchTPU runs one process per device and each sees it as index 0"

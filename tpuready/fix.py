@@ -96,6 +96,7 @@ from tpuready.audit_sources import (
 from tpuready.audit_sources import (
     MAX_FILE_BYTES as AUDIT_MAX_FILE_BYTES,
 )
+from tpuready.audit_syntax import _RANK_LIKE_NAME, DEVICE_CHOICE
 
 __all__ = [
     "CHOOSE_DEVICE",
@@ -120,7 +121,7 @@ __all__ = [
     "run_fix",
 ]
 
-CHOOSE_DEVICE = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
+CHOOSE_DEVICE = DEVICE_CHOICE  # the expression `--fix` writes where a device is chosen
 # The statement `--fix` adds, wrapped as chapter 1 writes it so it fits a 79-column file.
 DEVICE_LINE = (
     "device = (\n"
@@ -1136,7 +1137,6 @@ _DEVICE_KEYWORDS = {
     "map_location": False,
     "device_map": False,
 }
-_RANK_LIKE_NAME = re.compile(r"(?:^|_)(?:rank|gpu|gpu_id|gpu_index|device_id|device_index)$")
 
 
 # `init_process_group`'s parameters after `backend`, in order (torch 2.13).
