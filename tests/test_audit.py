@@ -633,6 +633,8 @@ def test_the_second_corpus_shapes_have_the_severity_their_effect_off_cuda_calls_
         (39, "cuda-only-package"),  # under a bare except
         (43, "grad-scaler-default"),  # enabled=True: still device 'cuda'
         (49, "cuda-backend-setting"),  # a read, under its own rule
+        (83, "cudnn-setting"),  # a read in a call
+        (84, "cudnn-setting"),  # a read in a test
     }
     must_change = {
         (5, "cuda-only-package"),

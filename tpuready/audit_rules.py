@@ -401,16 +401,6 @@ def _check_backend_setting(
                     _setting_suggestion(setting, value),
                     severity=NOTE if harmless else None,
                 )
-        read = audit.qualify(node.value) if isinstance(node.value, ast.Attribute) else None
-        if read is not None and read.startswith(prefix) and _is_a_setting_value(read):
-            # `saved = torch.backends.cudnn.benchmark`: reading it changes nothing
-            audit.report(
-                rule,
-                node.value,
-                f"`{read}` is read (off CUDA it holds its default and does nothing: a note)",
-                "keep it: reading a setting is harmless; where it is set back, see that line",
-                severity=NOTE,
-            )
         return
     name = audit.current_name
     if name is not None and name.removeprefix(prefix) in _CUDA_KERNEL_CHOICES:
@@ -420,6 +410,20 @@ def _check_backend_setting(
             f"`{name}` picks among CUDA's own kernels (off CUDA it does nothing and loses "
             "nothing asked for: a note)",
             "keep it: a TPU has no such libraries to choose",
+            severity=NOTE,
+        )
+    elif (
+        name is not None
+        and isinstance(node, ast.Attribute)
+        and isinstance(node.ctx, ast.Load)
+        and name.startswith(prefix)
+        and _is_a_setting_value(name)
+    ):  # `saved = torch.backends.cudnn.benchmark`, `if cudnn.deterministic:`: a read
+        audit.report(
+            rule,
+            node,
+            f"`{name}` is read (off CUDA it holds what the program set, or its default: a note)",
+            "keep it: reading a setting is harmless; where it is set, see that line",
             severity=NOTE,
         )
     elif name is not None and name.startswith(prefix) and name not in _CUDA_PROBES:
