@@ -56,6 +56,7 @@ magics) are left and reported.
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import difflib
 import json
@@ -96,7 +97,7 @@ from tpuready.audit_sources import (
 from tpuready.audit_sources import (
     MAX_FILE_BYTES as AUDIT_MAX_FILE_BYTES,
 )
-from tpuready.audit_syntax import _RANK_LIKE_NAME, DEVICE_CHOICE
+from tpuready.audit_syntax import _RANK_LIKE_NAME, DEVICE_CHOICE, _dotted_parts
 
 __all__ = [
     "CHOOSE_DEVICE",
@@ -365,6 +366,60 @@ class _ModuleFacts(cst.CSTVisitor):
                 self.string_used.add(name)
 
 
+def _module_facts(source: str, module: cst.Module) -> _ModuleFacts:
+    """`_ModuleFacts` of `source`, read from Python's own syntax tree (several times faster
+    than a libcst pass); from `module` where `ast` refuses the text."""
+    facts = _ModuleFacts()
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        module.visit(facts)
+        return facts
+    imports: list[ast.Import | ast.ImportFrom] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            imports.append(node)
+        elif isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(_is_text_literal(operand) for operand in operands):
+                facts.string_used.update(_ast_dotted_names(operands))
+        elif isinstance(node, ast.BinOp):
+            facts.string_used.update(_ast_dotted_names([node.left, node.right]))
+        elif isinstance(node, ast.Attribute) and node.attr not in {"type", "index"}:
+            name = _ast_dotted(node.value)  # `name.startswith(...)`: a string method on it
+            if name is not None and not name.startswith("torch"):
+                facts.string_used.add(name)
+    imports.sort(key=lambda node: (node.lineno, node.col_offset))  # the last import wins
+    for node in imports:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname is not None:
+                    facts.aliases[alias.asname] = alias.name
+                else:
+                    top = alias.name.split(".")[0]
+                    facts.aliases[top] = top
+                    facts.binds_torch = facts.binds_torch or top == "torch"
+        elif node.module is not None and not node.level and node.names[0].name != "*":
+            for alias in node.names:
+                facts.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return facts
+
+
+def _is_text_literal(node: ast.AST) -> bool:
+    return isinstance(node, ast.JoinedStr) or (
+        isinstance(node, ast.Constant) and isinstance(node.value, str | bytes)
+    )
+
+
+def _ast_dotted(node: ast.AST) -> str | None:
+    parts = _dotted_parts(node)
+    return ".".join(parts) if parts is not None else None
+
+
+def _ast_dotted_names(nodes: Sequence[ast.AST]) -> list[str]:
+    return [name for node in nodes if (name := _ast_dotted(node)) is not None]
+
+
 def _binds_device(statements: Sequence[cst.CSTNode]) -> bool:
     """True when these statements (not nested functions or classes) assign `device`."""
     return bool(_device_values(statements))
@@ -494,9 +549,12 @@ class _Rewriter(cst.CSTTransformer):
         fresh_device: str = "chosen_device",
         fresh_everywhere: bool = False,
         left_behind: frozenset[int] = frozenset(),
+        finding_lines: frozenset[int] | None = None,
     ) -> None:
         super().__init__()
         self.left_behind = left_behind
+        # Lines holding a finding: a statement with none is not entered (None: enter all).
+        self.finding_lines = finding_lines
         self.fresh_everywhere = fresh_everywhere  # one device name per file: the fresh one
         self.facts = facts
         self.module = module
@@ -527,12 +585,22 @@ class _Rewriter(cst.CSTTransformer):
     # -- lines the fixer must not change -------------------------------------------------
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        """Skip, whole, a node whose lines are all protected (guarded, or `# tpuready: ignore`)."""
+        """Skip, whole, a node whose lines are all protected (guarded, or `# tpuready: ignore`),
+        and a statement that holds no finding: the fixer changes only what the audit found."""
         lines = self.protection.lines
         if lines:
             span = self.get_metadata(PositionProvider, node, None)
             if span is not None and all(
                 line in lines for line in range(span.start.line, span.end.line + 1)
+            ):
+                self._untouched.add(id(node))
+                return False
+        if self.finding_lines is not None and isinstance(
+            node, cst.SimpleStatementLine | cst.BaseCompoundStatement
+        ):
+            span = self.get_metadata(PositionProvider, node)
+            if not any(
+                line in self.finding_lines for line in range(span.start.line, span.end.line + 1)
             ):
                 self._untouched.add(id(node))
                 return False
@@ -1337,8 +1405,7 @@ def _rewrite(
         raise FixInputError(f"cannot parse: {type(error).__name__}") from error
     fresh_device = fresh_device or fresh_device_name(source)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    facts = _ModuleFacts()
-    module.visit(facts)
+    facts = _module_facts(source, module)
     facts.aliases = {**(aliases_elsewhere or {}), **facts.aliases}
     facts.binds_torch = facts.binds_torch or "torch" in bound_elsewhere
     findings = _audit_with_imports(source, facts.aliases)
@@ -1367,6 +1434,7 @@ def _rewrite(
         fresh_device,
         fresh_everywhere,
         left_behind,
+        frozenset(finding.line for finding in findings),
     )
     if "device" in bound_elsewhere and rewriter.device_scopes[0] is None:
         rewriter.device_scopes[0] = "device"
