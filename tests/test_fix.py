@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import hypothesmith
+import libcst
 import nbformat
 import pytest
 import torch
@@ -610,6 +611,54 @@ def test_any_python_is_fixed_or_refused_with_a_clear_error(source: str) -> None:
         warnings.simplefilter("ignore", SyntaxWarning)  # generated code may call an int
         compile(result.fixed, "<fixed>", "exec")
     assert fix.fix_source(result.fixed).fixed == result.fixed
+
+
+def _facts_by_libcst(source: str) -> tuple[dict[str, str], bool, set[str]]:
+    facts = fix._ModuleFacts()
+    libcst.parse_module(source).visit(facts)
+    return facts.aliases, facts.binds_torch, facts.string_used
+
+
+def _facts_by_ast(source: str) -> tuple[dict[str, str], bool, set[str]]:
+    facts = fix._module_facts(source, libcst.parse_module(source))
+    return facts.aliases, facts.binds_torch, facts.string_used
+
+
+@pytest.mark.parametrize(
+    "path",
+    [*FIXTURE_INPUTS, *sorted((REPOSITORY / "tests" / "fixtures" / "audit").rglob("*.py"))],
+    ids=lambda path: path.relative_to(REPOSITORY / "tests").as_posix(),
+)
+def test_module_facts_read_from_ast_equal_those_of_a_libcst_pass(path: Path) -> None:
+    source = path.read_text(encoding="utf-8")
+    assert _facts_by_ast(source) == _facts_by_libcst(source)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "import torch\n",
+                "import torch.cuda as tc\n",
+                "from torch import cuda\n",
+                "from torch import cuda as tc\n",
+                "from . import cuda\n",
+                "from .models import cuda\n",
+                "from os import *\n",
+                "def f():\n    import numpy as tc\n",
+                'if device == "cuda" or name.startswith("x"):\n    pass\n',
+                "label = prefix + suffix\n",
+                "kind = device.type\n",
+                "position = device.index\n",
+            ]
+        ),
+        max_size=6,
+    )
+)
+def test_module_facts_agree_on_any_order_of_imports_and_string_uses(parts: list[str]) -> None:
+    source = "".join(parts)
+    assert _facts_by_ast(source) == _facts_by_libcst(source)
 
 
 def test_deliberate_cuda_checks_stay_cuda_checks_in_the_audit_and_the_fix() -> None:
