@@ -221,8 +221,8 @@ def _check_cuda_decision(audit: _Auditor, node: ast.Compare | ast.BoolOp) -> Non
             audit.report(
                 "torch-cuda-call",
                 node.left.func,  # type: ignore[attr-defined]
-                f"`{_shown(node)}` asks for several CUDA GPUs: torch.cuda counts 0 on a TPU "
-                f"host, which {ONE_DEVICE_PATH} however many chips it has",
+                f"`{_shown(node)}` counts CUDA GPUs: torch.cuda counts 0 on a TPU host, "
+                f"which {ONE_DEVICE_PATH} however many chips it has",
                 "torch.accelerator.device_count()" + _shown(node)[len(_shown(node.left)) :],
                 cuda_name="device_count",
                 even_in_guard=True,
@@ -929,7 +929,7 @@ _NOT_A_CUDA_HELPER = re.compile(r"_|(?:is|has|use|on)_", re.IGNORECASE)
 
 
 def _check_cuda_named_helper(audit: _Auditor, call: ast.Call) -> None:
-    """A call of an imported function named for CUDA: the audit cannot read its body."""
+    """A call of an imported function named for CUDA: the audit does not read its body."""
     function = call.func
     if not isinstance(function, ast.Name | ast.Attribute):
         return
@@ -942,8 +942,8 @@ def _check_cuda_named_helper(audit: _Auditor, call: ast.Call) -> None:
     audit.report(
         "cuda-named-helper",
         function,
-        f"`{name}` comes from another package and is named for CUDA; the audit cannot read "
-        "it, and as named it works on CUDA GPUs only",
+        f"`{name}` is imported from another module and named for CUDA; the audit does not "
+        "read it, and as named it works on CUDA GPUs only",
     )
 
 

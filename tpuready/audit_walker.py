@@ -328,8 +328,8 @@ def _places_work(node: ast.AST, *, on_cuda: bool) -> bool:
     )
 
 
-# Comparisons of a device count that ask for more than one device: (operator, smallest n).
-_SEVERAL_DEVICES = ((ast.Gt, 1), (ast.GtE, 2), (ast.Lt, 2), (ast.LtE, 1), (ast.Eq, 1))
+# Comparisons of a device count that tell one device from several: (operator, smallest n).
+_SEVERAL_DEVICES = ((ast.Gt, 1), (ast.GtE, 2), (ast.Lt, 2), (ast.LtE, 1), (ast.Eq, 2))
 
 
 def _is_cuda_method_call(node: ast.AST) -> bool:
@@ -645,7 +645,7 @@ class _Auditor:
         return _CUDA_FLAG_NAME.search(flag) is not None and flag not in self.ported_flags
 
     def asks_for_several_cuda_gpus(self, node: ast.Compare) -> bool:
-        """`torch.cuda.device_count() > 1` (or `>= 2`, `== 2`, ...): False on a TPU host."""
+        """`torch.cuda.device_count() > 1` (or `>= 2`, `== 2`, `< 2`): wrong on a TPU host."""
         if len(node.ops) != 1 or not isinstance(node.left, ast.Call):
             return False
         count, limit = node.left.func, node.comparators[0]
