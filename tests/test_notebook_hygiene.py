@@ -428,6 +428,25 @@ def test_text_outputs_fit_the_column(path: Path) -> None:
     )
 
 
+# Plots: a reader who cannot see one hears its description (the site's alt text, which
+# myst-nb takes from the cell's `mystnb.image.alt`); without one the site reads out a file name.
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.name)
+def test_every_plot_has_a_description(path: Path) -> None:
+    undescribed = []
+    for index, cell in enumerate(code_cells(path), start=1):
+        if not any("image/png" in output.get("data", {}) for output in cell.get("outputs", [])):
+            continue
+        alt = cell.get("metadata", {}).get("mystnb", {}).get("image", {}).get("alt", "")
+        if len(alt) < 40 or not alt.endswith(".") or re.search(r"\.(png|svg)\b", alt):
+            undescribed.append(index)
+    assert undescribed == [], (
+        f"code cells {undescribed} draw a plot without a description: set metadata "
+        'mystnb.image.alt to a sentence that says what the plot shows on any machine'
+    )
+
+
 # Loader and loading options this book has run only on a CPU: a notebook that uses one in
 # code must say, in its prose, that it is untested on TorchTPU.
 # (A signature's `pin_memory=None`, as chapter 2 prints one, is not a use.)

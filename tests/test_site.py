@@ -70,11 +70,14 @@ class _LinkCollector(HTMLParser):
         super().__init__()
         self.references: list[str] = []
         self.ids: set[str] = set()
+        self.image_alts: list[str] = []  # the alt text of each <img>
 
     def handle_starttag(self, tag: str, attributes: list[tuple[str, str | None]]) -> None:
         values = dict(attributes)
         if values.get("id"):
             self.ids.add(values["id"] or "")
+        if tag == "img":
+            self.image_alts.append(values.get("alt") or "")
         attribute = {"a": "href", "link": "href", "img": "src", "script": "src"}.get(tag)
         if attribute and values.get(attribute):
             self.references.append(values[attribute] or "")
@@ -90,6 +93,17 @@ def _parse(path: Path) -> _LinkCollector:
 def test_the_book_builds_without_warnings(built_site: Path) -> None:
     assert (built_site / "index.html").is_file()
     assert (built_site / CHAPTER_1).is_file()
+
+
+def test_every_image_on_a_page_has_a_description(built_site: Path) -> None:
+    # Sphinx writes the file name as the alt text of an image that has none.
+    undescribed = {
+        page.relative_to(built_site).as_posix(): alt
+        for page in site_pages(built_site)
+        for alt in _parse(page).image_alts
+        if not alt or re.search(r"\.(png|svg|jpe?g)\b", alt)
+    }
+    assert undescribed == {}
 
 
 def test_every_internal_link_and_image_resolves(built_site: Path) -> None:
