@@ -443,7 +443,7 @@ def test_every_plot_has_a_description(path: Path) -> None:
             undescribed.append(index)
     assert undescribed == [], (
         f"code cells {undescribed} draw a plot without a description: set metadata "
-        'mystnb.image.alt to a sentence that says what the plot shows on any machine'
+        "mystnb.image.alt to a sentence that says what the plot shows on any machine"
     )
 
 
