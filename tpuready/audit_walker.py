@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tpuready.accelerator_api import equivalent_for
@@ -354,23 +354,12 @@ def _is_whole_number(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) is int
 
 
-def _counted_names(nodes: Iterable[ast.AST]) -> set[str]:
-    """Names assigned a CUDA device count: `n = torch.cuda.device_count()`."""
+def _names_assigned(nodes: Iterable[ast.AST], value_is: Callable[[ast.AST], bool]) -> set[str]:
+    """The plain names that `nodes` assign a value `value_is` accepts: `n = <value>`."""
     return {
         target.id
         for node in nodes
-        if isinstance(node, ast.Assign) and _is_device_count_call(node.value)
-        for target in node.targets
-        if isinstance(target, ast.Name)
-    }
-
-
-def _fixed_count_names(nodes: Iterable[ast.AST]) -> set[str]:
-    """Names assigned a whole number: `n = 1`, the other branch of a device count."""
-    return {
-        target.id
-        for node in nodes
-        if isinstance(node, ast.Assign) and _is_whole_number(node.value)
+        if isinstance(node, ast.Assign) and value_is(node.value)
         for target in node.targets
         if isinstance(target, ast.Name)
     }
@@ -764,7 +753,8 @@ class _Auditor:
         elif written:
             if any(_is_cuda_method_call(inner) for inner in reachable):
                 return 4
-            if _counted_names(cuda_nodes) & _fixed_count_names(reachable):
+            counted = _names_assigned(cuda_nodes, _is_device_count_call)  # n = device_count()
+            if counted & _names_assigned(reachable, _is_whole_number):  # else: n = 1
                 return 5
         return None
 
