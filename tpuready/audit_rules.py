@@ -1,7 +1,8 @@
 """The audit's rules: one check function each, and `RULE_TABLE`, where each rule is written
-once (id, severity, description, node types, check, advice). Adding a rule means a check
-here, its row in the table, and its fixture in `tests/fixtures/audit/`; `RULES`, the
-module docstring of `tpuready.audit` and `--fix`'s view of the rules all come from the table."""
+once (id, severity, description, node types, check, advice, and what `--fix` does with its
+findings). Adding a rule means a check here, its row in the table, and its fixture in
+`tests/fixtures/audit/`; `RULES`, the module docstring of `tpuready.audit` and `--fix`'s
+view of the rules all come from the table."""
 
 from __future__ import annotations
 
@@ -34,11 +35,15 @@ from tpuready.audit_syntax import (
     _RANK_LIKE_NAME,
     CHOOSE_DEVICE,
     CUDA_ONLY_PACKAGES,
+    FIX_ACTIONS,
+    LEAVE,
+    LEAVE_CUDA_ONLY,
     MUST_CHANGE,
     NOTE,
     OFF_CUDA_BRANCH,
     ONE_DEVICE_PATH,
     ONE_DEVICE_PER_PROCESS,
+    REWRITE,
     _choices_are_not_devices,
     _device_choice,
     _dotted_parts,
@@ -580,20 +585,27 @@ def _check_device_module_call(audit: _Auditor, call: ast.Call) -> None:
     parts = _dotted_parts(holder)
     bound = parts is not None and ".".join(parts) in audit.facts.device_module_names
     direct = (
-        isinstance(holder, ast.Call)
-        and audit.qualify(holder.func) == "torch.get_device_module"
-        and not (holder.args and _string_value(holder.args[0]) is not None)  # ("cuda")
+        isinstance(holder, ast.Call) and audit.qualify(holder.func) == "torch.get_device_module"
     )
-    if not (bound or direct):
+    argument = holder.args[0] if direct and holder.args else None  # type: ignore[union-attr]
+    named = argument is not None and _string_value(argument) is not None
+    # ("cuda"): CUDA's own module, whose calls need CUDA; --fix must not port a check over it.
+    names_cuda = argument is not None and _is_cuda_device_text(argument)
+    if not (bound or (direct and (not named or names_cuda))):
         return
     entry = equivalent_for(func.attr)
     if entry is None or not entry.refused_by_torch_tpu:
         return
+    whose = (
+        "CUDA's own module, which needs a CUDA GPU"
+        if names_cuda
+        else f"the device's own module: on TorchTPU that is `torch.tpu`, whose `{func.attr}` "
+        "raises in 0.2.0"
+    )
     audit.report(
         "device-module-call",
         call,
-        f"`{_shown(func, 60)}()` calls the device's own module: on TorchTPU that is "
-        f"`torch.tpu`, whose `{func.attr}` raises in 0.2.0",
+        f"`{_shown(func, 60)}()` calls {whose}",
         entry.note if "get_device_module" in entry.replacement else entry.replacement,
     )
 
@@ -977,7 +989,8 @@ def _check_grad_scaler_default(audit: _Auditor, call: ast.Call) -> None:
 @dataclass(frozen=True)
 class Rule:
     """One audit rule: its id, default severity, a one-line description, the syntax node types
-    it looks at, the check run on each such node, and the default advice."""
+    it looks at, the check run on each such node, the default advice, and what `--fix` does
+    with its findings."""
 
     id: str
     severity: str
@@ -985,6 +998,14 @@ class Rule:
     node_types: tuple[type[ast.AST], ...]
     check: Callable[[Any, Any], None] | None
     advice: str
+    # What `--fix` does with the rule's findings: REWRITE, LEAVE or LEAVE_CUDA_ONLY.
+    fix: str
+
+    def __post_init__(self) -> None:
+        if self.fix not in FIX_ACTIONS:
+            raise ValueError(
+                f"rule {self.id!r}: fix must be one of {FIX_ACTIONS}, got {self.fix!r}"
+            )
 
 
 _NAMES = (ast.Name, ast.Attribute)
@@ -1000,6 +1021,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         (ast.Call,),
         _check_set_device,
         per_rank_advice("i"),
+        LEAVE_CUDA_ONLY,
     ),
     Rule(
         "cuda-method",
@@ -1008,6 +1030,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         (ast.Call,),
         _check_cuda_method,
         ".to(device)",
+        REWRITE,
     ),
     Rule(
         "cuda-amp",
@@ -1016,6 +1039,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         _NAMES,
         _check_cuda_amp,
         "torch.amp, with device_type=device.type",
+        REWRITE,
     ),
     Rule(
         "cuda-tensor-type",
@@ -1024,6 +1048,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         (*_NAMES, ast.Call),
         _check_cuda_tensor_type,
         "torch.tensor(..., dtype=..., device=device)",
+        LEAVE_CUDA_ONLY,
     ),
     Rule(
         "cuda-profiler-activity",
@@ -1032,6 +1057,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         _NAMES,
         _check_profiler_activity,
         "activities=torch.profiler.supported_activities() (the CPU plus the accelerator present)",
+        LEAVE,
     ),
     Rule(
         "torch-cuda-call",
@@ -1042,6 +1068,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         (*_NAMES, ast.Compare, ast.BoolOp),
         _check_torch_cuda,
         "torch.accelerator",
+        REWRITE,
     ),
     Rule(
         "cuda-test-fallback",
@@ -1054,6 +1081,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         '"cpu"` for a device, torch.accelerator.is_available() for a probe (`args.cuda and '
         "torch.accelerator.is_available()` keeps a user's opt-in); not for a kernel choice "
         "(`if x.is_cuda: cuda_kernel(x)`), where the other branch is right on a TPU",
+        LEAVE,
     ),
     Rule(
         "cudnn-setting",
@@ -1062,6 +1090,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         (*_NAMES, ast.Assign),
         _check_cudnn_setting,
         f"remove it, {_GUARD_ADVICE}",
+        LEAVE,
     ),
     Rule(
         "cuda-backend-setting",
@@ -1070,6 +1099,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         (*_NAMES, ast.Assign),
         _check_cuda_backend_setting,
         f"remove it, {_GUARD_ADVICE}",
+        LEAVE,
     ),
     Rule(
         "cuda-device-string",
@@ -1090,6 +1120,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         ),
         _check_device_string,
         f"device, where {CHOOSE_DEVICE}",
+        REWRITE,
     ),
     Rule(
         "pin-memory",
@@ -1099,6 +1130,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         (ast.Call,),
         _check_pin_memory,
         "pin_memory=torch.accelerator.is_available()",
+        REWRITE,
     ),
     Rule(
         "to-int-device",
@@ -1107,6 +1139,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         (ast.Call,),
         _check_integer_device,
         ".to(device), with device chosen once per process",
+        LEAVE_CUDA_ONLY,
     ),
     Rule(
         "nccl-backend",
@@ -1118,6 +1151,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         "dist.init_process_group() with no backend: PyTorch picks the one backend of the "
         "machine's accelerator (gloo with none, nccl on CUDA, tpu_dist on TorchTPU); "
         "name 'cpu:gloo,cuda:nccl' if CPU tensors must be reduced too",
+        REWRITE,
     ),
     Rule(
         "ddp-device-ids",
@@ -1128,6 +1162,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         _check_ddp_device_ids,
         "leave device_ids and output_device out: for a module on one device DDP uses the "
         "module's device, whatever it is called",
+        LEAVE_CUDA_ONLY,
     ),
     Rule(
         "cuda-env-var",
@@ -1137,6 +1172,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         _check_cuda_environment,
         "choose the device per process instead (torchrun's LOCAL_RANK; TorchTPU gives each "
         "process one device)",
+        LEAVE,
     ),
     Rule(
         "float64",
@@ -1148,6 +1184,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         "torch.float32 (bfloat16 only where precision allows, never for counts or sums: "
         "12345 becomes 12352; counts summed across ranks go in int64); keep float64 for checks "
         "on the CPU",
+        LEAVE,
     ),
     Rule(
         "device-module-call",
@@ -1157,6 +1194,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         (ast.Call,),
         _check_device_module_call,
         "torch.accelerator",
+        LEAVE_CUDA_ONLY,
     ),
     Rule(
         "compile-mode",
@@ -1166,6 +1204,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         (ast.Call,),
         _check_compile_mode,
         'mode="reduce-overhead" if device.type == "cuda" else None (TorchTPU takes no mode=)',
+        LEAVE_CUDA_ONLY,
     ),
     Rule(
         "inference-mode",
@@ -1175,6 +1214,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         (ast.With, ast.AsyncWith, *_FUNCTIONS),
         _check_inference_mode,
         "torch.no_grad()",
+        LEAVE_CUDA_ONLY,
     ),
     Rule(
         "cuda-named-helper",
@@ -1186,6 +1226,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         "read the helper: use the package's device-neutral version where it has one, port "
         'the torch.cuda calls inside it, or keep it under `if device.type == "cuda":` when it '
         "only serves CUDA",
+        LEAVE_CUDA_ONLY,
     ),
     Rule(
         "cuda-only-package",
@@ -1198,6 +1239,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         'import it only where device.type == "cuda", and give the other devices a PyTorch '
         "path (torch.amp for apex.amp, DistributedDataParallel for apex.parallel, "
         "torch.accelerator for cuda-python and NVML calls)",
+        LEAVE_CUDA_ONLY,
     ),
     Rule(
         "grad-scaler-default",
@@ -1208,6 +1250,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         'say which: GradScaler(device.type, enabled=device.type == "cuda"), since a TPU '
         "autocasts to bfloat16, which needs no loss scaling (and torch 2.13 has no generic "
         "loss-scaling kernel; whether TorchTPU 0.2.0 registers one is not recorded)",
+        LEAVE,
     ),
     Rule(
         "syntax-error",
@@ -1216,6 +1259,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         (),
         None,
         "fix the syntax and audit again (nothing else here was checked)",
+        LEAVE,
     ),
     Rule(
         "skipped-file",
@@ -1224,6 +1268,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         (),
         None,
         "audit it in parts, or leave it out with [tool.tpuready] exclude",
+        LEAVE,
     ),
 )
 

@@ -22,6 +22,17 @@ _SEVERITY_HEADINGS = {
     NOTE: "notes",
 }
 
+# What `--fix` does with a rule's findings: the `fix` column of `RULE_TABLE`, which the fixer
+# reads instead of keeping its own lists. Every must-change finding it leaves is reported.
+REWRITE = "rewrite"  # rewritten where that is safe (not a rank's own index, ...)
+# Left as written, and the line still runs off CUDA (a setting, float64): a CUDA check over it
+# may be ported.
+LEAVE = "leave"
+# Left as written, and the line stays CUDA-only (a device index, a CUDA-only package or tensor
+# type, `mode=`): a CUDA check over it is never ported, or a TPU would run into it.
+LEAVE_CUDA_ONLY = "leave-cuda-only"
+FIX_ACTIONS: tuple[str, ...] = (REWRITE, LEAVE, LEAVE_CUDA_ONLY)
+
 # The one device choice the book teaches: the accelerator present, else the CPU.
 DEVICE_CHOICE = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
 CHOOSE_DEVICE = f"device = {DEVICE_CHOICE}"
