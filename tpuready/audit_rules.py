@@ -638,6 +638,18 @@ def _check_compile_mode(audit: _Auditor, call: ast.Call) -> None:
 
 def _check_integer_device(audit: _Auditor, call: ast.Call) -> None:
     if not (isinstance(call.func, ast.Attribute) and call.func.attr == "to"):
+        # `torch.tensor(..., device=rank)`, `torch.zeros(n, device=local_rank)`: a rank's own
+        # index as the device, which a TorchTPU rank does not have.
+        for keyword in call.keywords:
+            index = _rank_index(keyword.value) if keyword.arg == "device" else None
+            if index is not None:
+                audit.report(
+                    "to-int-device",
+                    keyword.value,
+                    f"`device={index}` reads a rank's own index as an accelerator index; "
+                    f"{ONE_DEVICE_PER_PROCESS}",
+                    "device=device, as for .to(device), with device chosen once per process",
+                )
         return
     candidates = call.args[:1] + [kw.value for kw in call.keywords if kw.arg == "device"]
     for argument in candidates:
@@ -1135,7 +1147,8 @@ RULE_TABLE: tuple[Rule, ...] = (
     Rule(
         "to-int-device",
         MUST_CHANGE,
-        "`.to(<int>)`: an integer device index (`.to(local_rank)`)",
+        "`.to(<int>)`: an integer device index (`.to(local_rank)`), and a rank's own index as "
+        "`device=` (`torch.zeros(n, device=rank)`)",
         (ast.Call,),
         _check_integer_device,
         ".to(device), with device chosen once per process",
