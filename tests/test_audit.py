@@ -680,3 +680,11 @@ def test_barrier_advice_names_the_process_group_device() -> None:
     source = "import torch.distributed as dist\ndist.barrier(device_ids=[local_rank])\n"
     (finding,) = audit.audit_code(source)
     assert finding.per_rank and "device_id=device" in finding.suggestion
+
+
+def test_gpus_counted_into_a_name_under_a_cuda_check_make_the_check_a_choice() -> None:
+    path = FIXTURES / "issue15" / "third_corpus_shapes.py"
+    severities = {finding.line: finding.severity for finding in audit.audit_file(path)}
+    assert [severities[line] for line in (9, 10, 11)] == [audit.MUST_CHANGE] * 3
+    assert [severities[line] for line in (17, 18)] == [audit.GUARDED] * 2
+

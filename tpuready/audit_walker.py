@@ -649,6 +649,16 @@ class _Auditor:
             )
         )
 
+    def counts_cuda_gpus(self, value: ast.AST | None) -> bool:
+        """True when `value` calls `torch.cuda.device_count()`: assigned under a CUDA check, it
+        sizes the run (processes, batch per device), which a TPU host then never does."""
+        return value is not None and any(
+            isinstance(inner, ast.Call)
+            and isinstance(inner.func, ast.Attribute)
+            and self.qualify(inner.func) == "torch.cuda.device_count"
+            for inner in ast.walk(value)
+        )
+
     def bf16_check_in(self, node: ast.BoolOp) -> ast.Call | None:
         """The `torch.cuda.is_bf16_supported()` operand of an `and`: False on a TPU."""
         if not isinstance(node.op, ast.And):
@@ -675,8 +685,9 @@ class _Auditor:
         """True: the body runs only on CUDA; False: the else-branch does; None: not a guard.
 
         An `if` whose CUDA branch chooses the device (`device = "cuda"`, `return
-        torch.device("cuda")`) is a choice, not a guard, and so is one whose other branch is
-        what a TPU must not get (`fallback_of`): both are ported, not kept."""
+        torch.device("cuda")`) or counts the GPUs into a name is a choice, not a guard, and so
+        is one whose other branch is what a TPU must not get (`fallback_of`): both are ported,
+        not kept."""
         polarity = self.is_cuda_test(node.test)
         if polarity is None or self.decides_wrong_for_a_tpu(node.test):
             return None
@@ -689,6 +700,10 @@ class _Auditor:
                 and _device_choice(statement.value)
             ):
                 return None
+            if isinstance(statement, ast.Assign | ast.AnnAssign) and self.counts_cuda_gpus(
+                statement.value
+            ):
+                return None  # `n_gpus = torch.cuda.device_count()`: a TPU host never counts
         if isinstance(chosen, ast.AST) and _is_cuda_device_text(chosen):
             return None
         if self.fallback_of(node, polarity) is not None:
