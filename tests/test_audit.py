@@ -687,4 +687,3 @@ def test_gpus_counted_into_a_name_under_a_cuda_check_make_the_check_a_choice() -
     severities = {finding.line: finding.severity for finding in audit.audit_file(path)}
     assert [severities[line] for line in (9, 10, 11)] == [audit.MUST_CHANGE] * 3
     assert [severities[line] for line in (17, 18)] == [audit.GUARDED] * 2
-

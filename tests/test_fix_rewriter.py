@@ -3,9 +3,15 @@
 
 from __future__ import annotations
 
-import torch
+from pathlib import Path
 
-from tpuready import audit_syntax, fix_rewriter
+import libcst
+import pytest
+import torch
+from conftest import REPOSITORY
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from tpuready import audit_syntax, fix_facts, fix_rewriter
 
 
 def test_the_rewriter_fills_every_device_argument_the_audit_flags() -> None:
@@ -31,3 +37,47 @@ def test_the_names_given_after_a_dropped_backend_follow_init_process_groups_sign
         list(fix_rewriter._AFTER_THE_BACKEND)
         == parameters[1 : 1 + len(fix_rewriter._AFTER_THE_BACKEND)]
     )
+
+
+POSITION_SOURCES = sorted((REPOSITORY / "tests" / "fixtures").rglob("*.py")) + sorted(
+    (REPOSITORY / "notebooks" / "examples").glob("*.py")
+)
+
+
+@pytest.mark.parametrize(
+    "path", POSITION_SOURCES, ids=lambda path: path.relative_to(REPOSITORY).as_posix()
+)
+def test_spans_worked_out_per_statement_equal_libcsts_for_every_node(path: Path) -> None:
+    source = path.read_text(encoding="utf-8")
+    module = libcst.parse_module(source)
+    whole = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    positions = fix_rewriter.StatementPositions(module, source)
+    assert not positions.whole
+    for statement in module.body:
+        first, last = positions.lines[id(statement)]
+        assert first <= whole[statement].start.line and last <= whole[statement].end.line
+        positions.load(statement)
+        for node in fix_facts._walk(statement):
+            assert positions.spans[node] == whole[node], type(node).__name__
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "@decorator\n@other(1)\ndef f():\n    x = 1\n    # a comment\n\n\ny = 2; z = 3\n",
+        "# header\nclass C:\n    pass\nif x:\n    a = 1\nelse:\n    b = 2\n# footer\n",
+        "async def f():\n    await g()\n",
+    ],
+)
+def test_spans_hold_for_decorators_semicolons_and_comments(source: str) -> None:
+    module = libcst.parse_module(source)
+    whole = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    positions = fix_rewriter.StatementPositions(module, source)
+    for statement in module.body:
+        assert positions.of(statement) == whole[statement]
+
+
+def test_text_python_refuses_gets_every_span_at_once() -> None:
+    module = libcst.parse_module("x = 1\n")
+    positions = fix_rewriter.StatementPositions(module, "x = (\n")  # what ast.parse refuses
+    assert positions.whole and module.body[0] in positions.spans

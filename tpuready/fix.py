@@ -75,7 +75,6 @@ from typing import TextIO
 
 import libcst as cst
 import nbformat
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from tpuready.audit import (
     GUARDED,
@@ -110,6 +109,7 @@ from tpuready.fix_rewriter import (
     DEVICE_LINE,
     NEEDS_AN_ACCELERATOR,
     Change,
+    StatementPositions,
     _insertion_index,
     _is_import_line,
     _Protection,
@@ -321,6 +321,7 @@ def _rewrite(
     which `fresh_everywhere` uses in every scope that binds no `device` too;
     `bound_elsewhere`: "torch" / "device" when other cells of the notebook bind them."""
     config = config or AuditConfig()
+    findings: list[Finding] | None = None
     if "always" not in (device_line, fresh_line):
         findings = _audit_with_imports(source, aliases_elsewhere or {})
         if not _may_be_rewritten(findings):
@@ -334,11 +335,14 @@ def _rewrite(
     except (RecursionError, MemoryError) as error:
         raise FixInputError(f"cannot parse: {type(error).__name__}") from error
     fresh_device = fresh_device or fresh_device_name(source)
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    positions = StatementPositions(module, source)
     facts = _module_facts(source, module)
     facts.aliases = {**(aliases_elsewhere or {}), **facts.aliases}
     facts.binds_torch = facts.binds_torch or "torch" in bound_elsewhere
-    findings = _audit_with_imports(source, facts.aliases)
+    if findings is None or aliases_elsewhere:
+        # The audit resolves a file's own imports wherever they stand: only a notebook cell,
+        # whose names other cells import, needs a second look with them.
+        findings = _audit_with_imports(source, facts.aliases)
     guarded = frozenset(  # and the probes that pick float16 off CUDA: a person ports them
         (finding.line, finding.column)
         for finding in findings
@@ -365,11 +369,11 @@ def _rewrite(
         fresh_everywhere,
         left_behind,
         frozenset(finding.line for finding in findings),
+        positions,
     )
     if "device" in bound_elsewhere and rewriter.device_scopes[0] is None:
         rewriter.device_scopes[0] = "device"
-    fixed = wrapper.visit(rewriter)
-    positions = wrapper.resolve(PositionProvider)
+    fixed = module.visit(rewriter)
     body = list(module.body)
     additions: dict[int, list[cst.BaseStatement]] = {}
     first_import_index = -1
@@ -400,9 +404,7 @@ def _rewrite(
     if wants_fresh:
         lines_to_add.append(DEVICE_LINE.replace("device", fresh_device, 1))
     for text in lines_to_add:
-        index = _insertion_index(
-            module, rewriter.first_device_line, lambda statement: positions[statement]
-        )
+        index = _insertion_index(module, rewriter.first_device_line, positions.of)
         line = cst.parse_statement(text + "\n")
         additions.setdefault(index, []).append(line.with_changes(leading_lines=[cst.EmptyLine()]))
     if rewriter.uses_torch and not facts.binds_torch:
@@ -414,7 +416,7 @@ def _rewrite(
                 if _is_import_line(statement)
                 and "__future__" not in module.code_for_node(statement)
             ),
-            _insertion_index(module, None, lambda statement: positions[statement]),
+            _insertion_index(module, None, positions.of),
         )
         additions.setdefault(first_import, []).insert(0, cst.parse_statement("import torch\n"))
         first_import_index = first_import
@@ -423,7 +425,7 @@ def _rewrite(
     for position, statement in enumerate([*body, None]):
         for added in additions.get(position, []):
             new_body.append(added)
-            after = positions[body[position - 1]].end.line + 1 if position else 1
+            after = positions.of(body[position - 1]).end.line + 1 if position else 1
             code = module.code_for_node(added).strip()
             rewriter.changes.append(Change(after, "cuda-device-string", f"added `{code}`"))
         if statement is not None:

@@ -6,12 +6,13 @@ column, runs this, and reports what is left."""
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import CodeRange, PositionProvider
+from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
 from tpuready.accelerator_api import CUDA_TO_ACCELERATOR
 from tpuready.audit_syntax import (
@@ -106,6 +107,64 @@ _DIRECT = direct_replacements()
 # The rewriter
 
 
+class StatementPositions:
+    """libcst's positions (`PositionProvider`'s spans) of a module's nodes, worked out one
+    top-level statement at a time, for the statements the rewriter enters. libcst's own
+    provider renders the whole module to find them, the slowest step of a fix on a long file
+    with few findings. The first and last line of each top-level statement come from Python's
+    parser; where it refuses the text, every span is worked out at once, as libcst does."""
+
+    def __init__(self, module: cst.Module, source: str) -> None:
+        self.module = module
+        self.spans: dict[cst.CSTNode, CodeRange] = {}
+        # id(top-level statement) -> (first line, decorators included; last line of its code).
+        self.lines: dict[int, tuple[int, int]] = {}
+        self._anchors: dict[int, int] = {}  # id(top-level statement) -> where its span starts
+        self._loaded: set[int] = set()
+        self.whole = not self._read_lines(source)
+        if self.whole:
+            wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+            self.spans.update(wrapper.resolve(PositionProvider))
+
+    def _read_lines(self, source: str) -> bool:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return False
+        statements = iter(tree.body)
+        for statement in self.module.body:
+            count = len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
+            taken = [next(statements, None) for _ in range(count)]
+            first, last = taken[0], taken[-1]
+            if first is None or last is None or last.end_lineno is None:
+                return False
+            decorators = getattr(first, "decorator_list", [])
+            start = min([first.lineno, *(decorator.lineno for decorator in decorators)])
+            self.lines[id(statement)] = (start, last.end_lineno)
+            self._anchors[id(statement)] = first.lineno  # libcst's span starts at `def`
+        return next(statements, None) is None
+
+    def load(self, statement: cst.CSTNode) -> None:
+        """Work out the spans of a top-level statement and every node in it."""
+        if self.whole or id(statement) in self._loaded:
+            return
+        self._loaded.add(id(statement))
+        alone = self.module.with_changes(body=[statement], header=(), footer=())
+        spans = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
+        shift = self._anchors[id(statement)] - spans[statement].start.line
+        for node, span in spans.items():
+            if node is not alone:
+                self.spans[node] = CodeRange(
+                    CodePosition(span.start.line + shift, span.start.column),
+                    CodePosition(span.end.line + shift, span.end.column),
+                )
+
+    def of(self, statement: cst.CSTNode) -> CodeRange:
+        """The span of a top-level statement."""
+        self.load(statement)
+        return self.spans[statement]
+
+
 @dataclass(frozen=True)
 class _Protection:
     """What the fixer must leave as it is, from the audit and the config: `lines` where every
@@ -124,8 +183,6 @@ class _Protection:
 
 
 class _Rewriter(cst.CSTTransformer):
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
     def __init__(
         self,
         facts: _ModuleFacts,
@@ -137,8 +194,10 @@ class _Rewriter(cst.CSTTransformer):
         fresh_everywhere: bool = False,
         left_behind: frozenset[int] = frozenset(),
         finding_lines: frozenset[int] | None = None,
+        positions: StatementPositions | None = None,
     ) -> None:
         super().__init__()
+        self.positions = positions or StatementPositions(module, module.code)
         self.left_behind = left_behind
         # Lines holding a finding: a statement with none is not entered (None: enter all).
         self.finding_lines = finding_lines
@@ -173,10 +232,20 @@ class _Rewriter(cst.CSTTransformer):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         """Skip, whole, a node whose lines are all protected (guarded, or `# tpuready: ignore`),
-        and a statement that holds no finding: the fixer changes only what the audit found."""
+        and a statement that holds no finding: the fixer changes only what the audit found.
+        A top-level statement with no finding in its lines is skipped before its spans are
+        worked out."""
+        top = self.positions.lines.get(id(node))
+        if top is not None:
+            if self.finding_lines is not None and not any(
+                top[0] <= line <= top[1] for line in self.finding_lines
+            ):
+                self._untouched.add(id(node))
+                return False
+            self.positions.load(node)
         lines = self.protection.lines
         if lines:
-            span = self.get_metadata(PositionProvider, node, None)
+            span = self.positions.spans.get(node)
             if span is not None and all(
                 line in lines for line in range(span.start.line, span.end.line + 1)
             ):
@@ -185,7 +254,7 @@ class _Rewriter(cst.CSTTransformer):
         if self.finding_lines is not None and isinstance(
             node, cst.SimpleStatementLine | cst.BaseCompoundStatement
         ):
-            span = self.get_metadata(PositionProvider, node)
+            span = self.positions.spans[node]
             if not any(
                 line in self.finding_lines for line in range(span.start.line, span.end.line + 1)
             ):
@@ -224,7 +293,7 @@ class _Rewriter(cst.CSTTransformer):
     # -- helpers --------------------------------------------------------------------------
 
     def _line(self, node: cst.CSTNode) -> int:
-        return self.get_metadata(PositionProvider, node).start.line
+        return self.positions.spans[node].start.line
 
     def _code(self, node: cst.CSTNode) -> str:
         return " ".join(self.module.code_for_node(node).split()).rstrip(", ")
@@ -366,7 +435,7 @@ class _Rewriter(cst.CSTTransformer):
         CUDA-only code). One whose other branch falls back to the CPU or exits is ported."""
         if not self._is_cuda_check(test):
             return False
-        span = self.get_metadata(PositionProvider, test)
+        span = self.positions.spans[test]
         return not any(
             line in self.ported_checks for line in range(span.start.line, span.end.line + 1)
         )
@@ -375,7 +444,7 @@ class _Rewriter(cst.CSTTransformer):
         """True when `node` spans a line the rewrite leaves CUDA-only (`.cuda(args.gpu)`,
         `torch.cuda.set_device(rank)`, `torch.cuda.get_device_name()`): a check ported over
         it would send a TPU into CUDA-only code that the original kept it out of."""
-        span = self.get_metadata(PositionProvider, node)
+        span = self.positions.spans[node]
         return any(line in self.left_behind for line in range(span.start.line, span.end.line + 1))
 
     def visit_If(self, node: cst.If) -> bool:
@@ -437,7 +506,7 @@ class _Rewriter(cst.CSTTransformer):
         if isinstance(call, cst.Call):
             name = self._qualify(call.func) or ""
             member = name.removeprefix("torch.cuda.")
-            position = self.get_metadata(PositionProvider, call.func).start
+            position = self.positions.spans[call.func].start
             if (
                 name.startswith("torch.cuda.")
                 and member in NEEDS_AN_ACCELERATOR
@@ -474,7 +543,7 @@ class _Rewriter(cst.CSTTransformer):
         name = self._qualify(original)
         if name is None or not name.startswith("torch.cuda."):
             return updated
-        position = self.get_metadata(PositionProvider, original).start
+        position = self.positions.spans[original].start
         if (position.line, position.column + 1) in self.guarded:
             return updated  # the audit's verdict: a CUDA check on purpose, correct as it is
         member = name.removeprefix("torch.cuda.")
