@@ -81,3 +81,61 @@ def test_text_python_refuses_gets_every_span_at_once() -> None:
     module = libcst.parse_module("x = 1\n")
     positions = fix_rewriter.StatementPositions(module, "x = (\n")  # what ast.parse refuses
     assert positions.whole and module.body[0] in positions.spans
+
+
+FIX_SOURCES = [
+    *sorted((REPOSITORY / "tests" / "fixtures").rglob("*.py")),
+    *sorted((REPOSITORY / "notebooks" / "examples").glob("*.py")),
+    *sorted((REPOSITORY / "tpuready").glob("*.py")),
+]
+
+
+@pytest.mark.parametrize(
+    "path", FIX_SOURCES, ids=lambda path: path.relative_to(REPOSITORY).as_posix()
+)
+def test_stand_ins_keep_every_line_number_and_put_back_gives_the_text(path: Path) -> None:
+    from tpuready import audit
+
+    source = path.read_text(encoding="utf-8")
+    finding_lines = frozenset(finding.line for finding in audit.audit_code(source))
+    text, replaced = fix_rewriter.stand_in_text(source, finding_lines)
+    assert len(text.splitlines()) == len(source.splitlines())
+    kept = source.splitlines()
+    for line in finding_lines:  # no finding is ever hidden
+        assert text.splitlines()[line - 1] == kept[line - 1]
+    assert fix_rewriter.put_back(text, replaced) == source
+
+
+@pytest.mark.parametrize(
+    "path", FIX_SOURCES, ids=lambda path: path.relative_to(REPOSITORY).as_posix()
+)
+def test_a_fix_with_stand_ins_equals_one_without(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tpuready import fix
+
+    source = path.read_text(encoding="utf-8")
+    with_stand_ins = fix.fix_source(source)
+    monkeypatch.setattr(fix, "stand_in_text", lambda text, lines: (text, []))
+    without = fix.fix_source(source)
+    assert with_stand_ins == without
+
+
+def test_stand_ins_replace_only_what_follows_the_first_definition() -> None:
+    source = (
+        "import torch\n\nx = 1\n\n\n@decorator\ndef f(a,\n      b):\n    return a\n\n\n"
+        "class C:\n    pass\n\n\ny = torch.cuda.is_available()\ndevice = 'cpu'\nimport os\n"
+    )
+    text, replaced = fix_rewriter.stand_in_text(source, frozenset({16}))
+    assert text.splitlines()[:5] == source.splitlines()[:5]  # before the first definition
+    assert [original for _, original in replaced] == [
+        "@decorator\ndef f(a,\n      b):\n    return a\n",
+        "class C:\n    pass\n",
+    ]
+    assert text.splitlines()[15:] == source.splitlines()[15:]  # a finding, device, an import
+    assert "def _tpuready_stand_in_0(" in text
+
+
+def test_a_stand_in_the_rewrite_changed_is_refused() -> None:
+    with pytest.raises(AssertionError, match="stand-in"):
+        fix_rewriter.put_back("x = 1\n", [("def _s_0(): pass\n", "y = 2\n")])

@@ -115,6 +115,8 @@ from tpuready.fix_rewriter import (
     _Protection,
     _Rewriter,
     direct_replacements,
+    put_back,
+    stand_in_text,
 )
 
 __all__ = [
@@ -326,8 +328,13 @@ def _rewrite(
         findings = _audit_with_imports(source, aliases_elsewhere or {})
         if not _may_be_rewritten(findings):
             return FixResult(original=source, fixed=source, left=_left(source, findings, config))
+    # Statements the rewrite cannot touch are parsed as stand-ins (line numbers kept), and
+    # put back after: libcst's parsing and rendering are the slow half of a fix.
+    text, replaced = stand_in_text(source, frozenset(f.line for f in findings or ()))
+    if findings is None or aliases_elsewhere:  # a notebook cell: its findings come later
+        text, replaced = source, []
     try:
-        module = cst.parse_module(source)
+        module = cst.parse_module(text)
     except cst.ParserSyntaxError as error:
         raise FixInputError(
             f"cannot parse (line {error.raw_line}): {error.message}; fix the syntax first"
@@ -335,7 +342,7 @@ def _rewrite(
     except (RecursionError, MemoryError) as error:
         raise FixInputError(f"cannot parse: {type(error).__name__}") from error
     fresh_device = fresh_device or fresh_device_name(source)
-    positions = StatementPositions(module, source)
+    positions = StatementPositions(module, text)
     facts = _module_facts(source, module)
     facts.aliases = {**(aliases_elsewhere or {}), **facts.aliases}
     facts.binds_torch = facts.binds_torch or "torch" in bound_elsewhere
@@ -439,7 +446,7 @@ def _rewrite(
             new_body.append(kept_statement)
     if additions:
         fixed = fixed.with_changes(body=new_body)
-    fixed_text = fixed.code
+    fixed_text = put_back(fixed.code, replaced)
     if fixed_text != source:  # what is left is what the audit finds in the fixed text
         findings = _audit_with_imports(fixed_text, facts.aliases)
     return FixResult(

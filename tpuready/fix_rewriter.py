@@ -929,3 +929,77 @@ def _insertion_index(
             if position_of(statement).end.line >= first_use_line:
                 return position
     return index
+
+
+# --------------------------------------------------------------------------------------------
+# Stand-ins: what libcst need not parse
+
+
+def stand_in_text(source: str, finding_lines: frozenset[int]) -> tuple[str, list[tuple[str, str]]]:
+    """`source` with each top-level statement that the rewrite cannot touch replaced by a
+    stand-in of the same lines (`def _tpuready_stand_in_N(...): pass`, a few nodes for libcst
+    to parse and render however long the original), and the (stand-in, original) pairs to put
+    back. Replaced: the statements from the first top-level function or class on that hold
+    no finding, import nothing and never name `device`; everything before them, where the
+    device line goes, is kept. Line numbers do not move, so findings and spans still hold.
+    The text is returned as it is when Python's parser refuses it."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return source, []
+    lines = source.splitlines(keepends=True)
+    blocks: list[tuple[int, int, list[ast.stmt]]] = []  # statements that share lines, together
+    for statement in tree.body:
+        decorators = getattr(statement, "decorator_list", [])
+        start = min([statement.lineno, *(decorator.lineno for decorator in decorators)])
+        end = statement.end_lineno or statement.lineno
+        if blocks and start <= blocks[-1][1]:
+            blocks[-1] = (blocks[-1][0], max(end, blocks[-1][1]), [*blocks[-1][2], statement])
+        else:
+            blocks.append((start, end, [statement]))
+    first_definition = next(
+        (
+            index
+            for index, (_, _, statements) in enumerate(blocks)
+            if isinstance(statements[0], ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        ),
+        len(blocks),
+    )
+    name = "_tpuready_stand_in"
+    while name in source:
+        name += "_"
+    replaced: list[tuple[str, str]] = []
+    pieces: list[str] = []
+    done = 0  # lines of `source` already in `pieces`
+    for start, end, statements in blocks[first_definition:]:
+        text = "".join(lines[start - 1 : end])
+        if (
+            any(start <= line <= end for line in finding_lines)
+            or any(isinstance(node, ast.Import | ast.ImportFrom) for node in statements)
+            or re.search(r"\bdevice\b", text)
+            or "\\" in lines[end - 1][-3:]  # a line continued past the block: leave it
+        ):
+            continue
+        newline = "\r\n" if lines[end - 1].endswith("\r\n") else "\n"
+        count = end - start + 1
+        stand_in = f"def {name}_{len(replaced)}(" + (
+            f"): pass{newline}" if count == 1 else newline * (count - 1) + f"): pass{newline}"
+        )
+        if not lines[end - 1].endswith(("\n", "\r")):
+            stand_in = stand_in.rstrip("\r\n")
+        pieces.append("".join(lines[done : start - 1]))
+        pieces.append(stand_in)
+        replaced.append((stand_in, text))
+        done = end
+    pieces.append("".join(lines[done:]))
+    return "".join(pieces), replaced
+
+
+def put_back(text: str, replaced: Sequence[tuple[str, str]]) -> str:
+    """`text` with each stand-in of `stand_in_text` replaced by its original lines."""
+    for stand_in, original in replaced:
+        before, found, after = text.partition(stand_in)
+        if not found:
+            raise AssertionError(f"a stand-in was changed by the rewrite: {stand_in!r}")
+        text = before + original + after
+    return text
