@@ -139,3 +139,17 @@ def test_stand_ins_replace_only_what_follows_the_first_definition() -> None:
 def test_a_stand_in_the_rewrite_changed_is_refused() -> None:
     with pytest.raises(AssertionError, match="stand-in"):
         fix_rewriter.put_back("x = 1\n", [("def _s_0(): pass\n", "y = 2\n")])
+
+
+def test_stand_ins_count_lines_as_python_does() -> None:
+    # str.splitlines also breaks at a form feed and at U+2028; Python's line numbers do not.
+    source = (
+        "import torch\n\n\ndef f():\n    return 1\n\x0c# page break\n"
+        'x = "a\u2028b"\n\n\ndef g():\n    return 2\n\n\n'
+        "model = torch.nn.Linear(2, 2).cuda()\n"
+    )
+    from tpuready import fix
+
+    fixed = fix.fix_source(source).fixed
+    assert fixed.endswith("model = torch.nn.Linear(2, 2).to(device)\n")
+    assert fixed.count("\x0c# page break\n") == 1 and fixed.count("\u2028") == 1

@@ -935,6 +935,9 @@ def _insertion_index(
 # Stand-ins: what libcst need not parse
 
 
+_PYTHON_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+
 def stand_in_text(source: str, finding_lines: frozenset[int]) -> tuple[str, list[tuple[str, str]]]:
     """`source` with each top-level statement that the rewrite cannot touch replaced by a
     stand-in of the same lines (`def _tpuready_stand_in_N(...): pass`, a few nodes for libcst
@@ -947,7 +950,8 @@ def stand_in_text(source: str, finding_lines: frozenset[int]) -> tuple[str, list
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return source, []
-    lines = source.splitlines(keepends=True)
+    # Lines as Python numbers them: str.splitlines also breaks at a form feed, U+2028, ...
+    lines = _PYTHON_LINE.findall(source)
     blocks: list[tuple[int, int, list[ast.stmt]]] = []  # statements that share lines, together
     for statement in tree.body:
         decorators = getattr(statement, "decorator_list", [])
