@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 
 import libcst as cst
 
+from tpuready.audit_sources import parse_python
 from tpuready.audit_syntax import (
     _dotted_parts,
 )
@@ -103,7 +104,7 @@ def _module_facts(source: str, module: cst.Module) -> _ModuleFacts:
     than a libcst pass); from `module` where `ast` refuses the text."""
     facts = _ModuleFacts()
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)  # its warnings silenced
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         module.visit(facts)
         return facts

@@ -15,6 +15,7 @@ import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
 from tpuready.accelerator_api import CUDA_TO_ACCELERATOR
+from tpuready.audit_sources import parse_python
 from tpuready.audit_syntax import (
     _DEVICE_FIRST_ARGUMENT as AUDIT_DEVICE_FIRST_ARGUMENT,
 )
@@ -128,7 +129,7 @@ class StatementPositions:
 
     def _read_lines(self, source: str) -> bool:
         try:
-            tree = ast.parse(source)
+            tree = parse_python(source)  # its warnings silenced
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return False
         statements = iter(tree.body)
@@ -947,7 +948,7 @@ def stand_in_text(source: str, finding_lines: frozenset[int]) -> tuple[str, list
     device line goes, is kept. Line numbers do not move, so findings and spans still hold.
     The text is returned as it is when Python's parser refuses it."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)  # its warnings silenced
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return source, []
     # Lines as Python numbers them: str.splitlines also breaks at a form feed, U+2028, ...
