@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import libcst
@@ -153,3 +154,76 @@ def test_stand_ins_count_lines_as_python_does() -> None:
     fixed = fix.fix_source(source).fixed
     assert fixed.endswith("model = torch.nn.Linear(2, 2).to(device)\n")
     assert fixed.count("\x0c# page break\n") == 1 and fixed.count("\u2028") == 1
+
+
+NESTED = """\
+import torch
+
+
+class Trainer:
+    @property
+    def steps(self):
+        return 10
+
+    def start(self, device):
+        self.model = self.model.to(device)
+
+    def fit(self):
+        model = torch.nn.Linear(2, 2).cuda()
+        if model.training:
+            inputs = torch.zeros(2).cuda()
+            print("training")
+        elif model.bias is None:
+            print("no bias")
+        else: print("eval")
+        if model.training: print("one line"); inputs = torch.ones(1).cuda()
+        for step in range(3):
+            device = torch.device("cpu")
+        return model
+"""
+
+
+def test_stand_ins_reach_into_a_statement_that_holds_a_finding() -> None:
+    finding_lines = frozenset({13, 15, 20})
+    text, replaced = fix_rewriter.stand_in_text(NESTED, finding_lines)
+    assert [original.strip().splitlines()[0] for _, original in replaced] == [
+        "@property",  # a method with no finding, decorator and all
+        "def start(self, device):",  # it uses `device`, it binds none in the class's scope
+        'print("training")',  # beside a finding in the `if`'s body
+        'print("no bias")',  # an `elif`'s body, never the `elif` itself
+        "return model",
+    ]
+    assert text.splitlines()[4] == "    def _tpuready_stand_in_0("  # the indentation kept
+    assert 'else: print("eval")' in text  # a body on its header's line
+    assert "device = torch.device" in text  # a loop that binds `device` in fit's scope
+    assert fix_rewriter.put_back(text, replaced) == NESTED
+    assert libcst.parse_module(text).code == text
+
+
+def test_a_fix_with_nested_stand_ins_equals_one_without(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tpuready import fix
+
+    with_stand_ins = fix.fix_source(NESTED)
+    monkeypatch.setattr(fix, "stand_in_text", lambda text, lines: (text, []))
+    assert with_stand_ins == fix.fix_source(NESTED)
+    assert "torch.nn.Linear(2, 2).to(" in with_stand_ins.fixed
+
+
+@pytest.mark.parametrize(
+    ("code", "binds"),
+    [
+        ("device = 1", True),
+        ("for device in devices: pass", True),
+        ("with open(f) as device: pass", True),
+        ("device, rank = pick()", True),
+        ("del device", True),
+        ("global device", True),
+        ("try: pass\nexcept OSError as device: pass", True),
+        ("if (device := pick()): pass", True),
+        ("model.to(device)", False),
+        ("self.device = pick()", False),  # an attribute: not a scope's `device`
+        ("def start(device): pass", False),  # a parameter binds in the function's own scope
+    ],
+)
+def test_which_statements_bind_device(code: str, binds: bool) -> None:
+    assert fix_rewriter._binds_the_name_device(ast.parse(code).body) is binds

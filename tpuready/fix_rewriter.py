@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -939,22 +939,11 @@ def _insertion_index(
 _PYTHON_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 
-def stand_in_text(source: str, finding_lines: frozenset[int]) -> tuple[str, list[tuple[str, str]]]:
-    """`source` with each top-level statement that the rewrite cannot touch replaced by a
-    stand-in of the same lines (`def _tpuready_stand_in_N(...): pass`, a few nodes for libcst
-    to parse and render however long the original), and the (stand-in, original) pairs to put
-    back. Replaced: the statements from the first top-level function or class on that hold
-    no finding, import nothing and never name `device`; everything before them, where the
-    device line goes, is kept. Line numbers do not move, so findings and spans still hold.
-    The text is returned as it is when Python's parser refuses it."""
-    try:
-        tree = parse_python(source)  # its warnings silenced
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return source, []
-    # Lines as Python numbers them: str.splitlines also breaks at a form feed, U+2028, ...
-    lines = _PYTHON_LINE.findall(source)
-    blocks: list[tuple[int, int, list[ast.stmt]]] = []  # statements that share lines, together
-    for statement in tree.body:
+def _blocks(statements: Sequence[ast.stmt]) -> list[tuple[int, int, list[ast.stmt]]]:
+    """`statements` as (first line, decorators included; last line; statements), those that
+    share a line (`a = 1; b = 2`) together."""
+    blocks: list[tuple[int, int, list[ast.stmt]]] = []
+    for statement in statements:
         decorators = getattr(statement, "decorator_list", [])
         start = min([statement.lineno, *(decorator.lineno for decorator in decorators)])
         end = statement.end_lineno or statement.lineno
@@ -962,6 +951,50 @@ def stand_in_text(source: str, finding_lines: frozenset[int]) -> tuple[str, list
             blocks[-1] = (blocks[-1][0], max(end, blocks[-1][1]), [*blocks[-1][2], statement])
         else:
             blocks.append((start, end, [statement]))
+    return blocks
+
+
+def _bodies(statement: ast.stmt, lines: Sequence[str]) -> Iterator[list[ast.stmt]]:
+    """The statement lists nested in a compound statement: its body, `else`, handlers, cases
+    and `finally`; an `elif`'s own lists, never the `elif` itself (it cannot stand alone)."""
+    for field_name in ("body", "orelse", "finalbody"):
+        nested = getattr(statement, field_name, None)
+        if not isinstance(nested, list) or not nested or not isinstance(nested[0], ast.stmt):
+            continue
+        first = nested[0]
+        if (
+            field_name == "orelse"
+            and isinstance(statement, ast.If)
+            and len(nested) == 1
+            and isinstance(first, ast.If)
+            and lines[first.lineno - 1].lstrip().startswith("elif")
+        ):
+            yield from _bodies(first, lines)
+        else:
+            yield nested
+    for handler in getattr(statement, "handlers", ()):
+        yield handler.body
+    for case in getattr(statement, "cases", ()):
+        yield case.body
+
+
+def stand_in_text(source: str, finding_lines: frozenset[int]) -> tuple[str, list[tuple[str, str]]]:
+    """`source` with each statement that the rewrite cannot touch replaced by a stand-in of
+    the same lines and indentation (`def _tpuready_stand_in_N(...): pass`, a few nodes for
+    libcst to parse and render however long the original), and the (stand-in, original) pairs
+    to put back. Replaced: the statements from the first top-level function or class on,
+    nested ones too (a method of a class that holds a finding elsewhere), that start their
+    line, hold no finding, import nothing and never bind `device`; everything before the
+    first definition, where the device line goes, is kept. Line numbers do not move, so
+    findings and spans still hold. The text is returned as it is when Python's parser
+    refuses it."""
+    try:
+        tree = parse_python(source)  # its warnings silenced
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return source, []
+    # Lines as Python numbers them: str.splitlines also breaks at a form feed, U+2028, ...
+    lines = _PYTHON_LINE.findall(source)
+    blocks = _blocks(tree.body)
     first_definition = next(
         (
             index
@@ -970,24 +1003,41 @@ def stand_in_text(source: str, finding_lines: frozenset[int]) -> tuple[str, list
         ),
         len(blocks),
     )
+    chosen: list[tuple[int, int]] = []  # (first line, last line) of each stand-in, in order
+    pending = list(reversed(blocks[first_definition:]))
+    while pending:
+        start, end, statements = pending.pop()
+        text = "".join(lines[start - 1 : end])
+        decorators = getattr(statements[0], "decorator_list", [])  # `@` starts the line
+        column = decorators[0].col_offset - 1 if decorators else statements[0].col_offset
+        if (
+            any(start <= line <= end for line in finding_lines)
+            or any(isinstance(node, ast.Import | ast.ImportFrom) for node in statements)
+            or (re.search(r"\bdevice\b", text) and _binds_the_name_device(statements))
+            or "\\" in lines[end - 1][-3:]  # a line continued past the block: leave it
+            or lines[start - 1][:column].strip()  # after a header on its line: `if x: y = 1`
+        ):
+            nested = [
+                block
+                for statement in statements
+                for body in _bodies(statement, lines)
+                for block in _blocks(body)
+            ]
+            pending.extend(reversed(nested))
+            continue
+        chosen.append((start, end))
     name = "_tpuready_stand_in"
     while name in source:
         name += "_"
     replaced: list[tuple[str, str]] = []
     pieces: list[str] = []
     done = 0  # lines of `source` already in `pieces`
-    for start, end, statements in blocks[first_definition:]:
+    for start, end in chosen:
         text = "".join(lines[start - 1 : end])
-        if (
-            any(start <= line <= end for line in finding_lines)
-            or any(isinstance(node, ast.Import | ast.ImportFrom) for node in statements)
-            or re.search(r"\bdevice\b", text)
-            or "\\" in lines[end - 1][-3:]  # a line continued past the block: leave it
-        ):
-            continue
+        indent = text[: len(text) - len(text.lstrip(" \t"))]
         newline = "\r\n" if lines[end - 1].endswith("\r\n") else "\n"
         count = end - start + 1
-        stand_in = f"def {name}_{len(replaced)}(" + (
+        stand_in = f"{indent}def {name}_{len(replaced)}(" + (
             f"): pass{newline}" if count == 1 else newline * (count - 1) + f"): pass{newline}"
         )
         if not lines[end - 1].endswith(("\n", "\r")):
@@ -998,6 +1048,24 @@ def stand_in_text(source: str, finding_lines: frozenset[int]) -> tuple[str, list
         done = end
     pieces.append("".join(lines[done:]))
     return "".join(pieces), replaced
+
+
+def _binds_the_name_device(statements: Sequence[ast.stmt]) -> bool:
+    """True when the name `device` is bound, deleted or declared anywhere in `statements`:
+    the rewrites read a scope's `device` bindings, never its other uses of the name."""
+    for statement in statements:
+        for node in ast.walk(statement):
+            if (
+                (
+                    isinstance(node, ast.Name)
+                    and node.id == "device"
+                    and type(node.ctx) is not ast.Load
+                )
+                or (isinstance(node, ast.Global | ast.Nonlocal) and "device" in node.names)
+                or (isinstance(node, ast.ExceptHandler) and node.name == "device")
+            ):
+                return True
+    return False
 
 
 def put_back(text: str, replaced: Sequence[tuple[str, str]]) -> str:
