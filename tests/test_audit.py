@@ -687,3 +687,5 @@ def test_gpus_counted_into_a_name_under_a_cuda_check_make_the_check_a_choice() -
     severities = {finding.line: finding.severity for finding in audit.audit_file(path)}
     assert [severities[line] for line in (9, 10, 11)] == [audit.MUST_CHANGE] * 3
     assert [severities[line] for line in (17, 18)] == [audit.GUARDED] * 2
+    # An assert under a CUDA-named flag fails on a TPU host; under a real check it cannot.
+    assert [severities[line] for line in (28, 29, 30)] == [audit.MUST_CHANGE, *[audit.GUARDED] * 2]

@@ -288,7 +288,8 @@ def _child_fields(node_type: type) -> tuple[str, ...]:
 
 _GUARDED_FLAG = 1  # inside the body of a CUDA guard
 _GUARD_TEST_FLAG = 2  # inside the test of a CUDA guard
-_FALLBACK_SHIFT = 2  # the bits above: which fallback the test's other branch takes (1-based)
+_FLAG_GUARD_FLAG = 4  # and every guard around it is a CUDA-named flag (`if self.use_cuda:`)
+_FALLBACK_SHIFT = 3  # the bits above: which fallback the test's other branch takes (1-based)
 _CPU_TENSOR_TYPES = frozenset(
     f"torch.{kind}Tensor"
     for kind in ("Float", "Double", "Half", "BFloat16", "Byte", "Char", "Short", "Int", "Long")
@@ -516,14 +517,21 @@ class _Auditor:
                     pending.append((value, value_flags))
                     if self.is_cuda_test(value) is on_cuda_only:
                         value_flags = flags | _GUARDED_FLAG
+            elif node_type is ast.Assert and flags & _FLAG_GUARD_FLAG:
+                # `if self.use_cuda: assert torch.cuda.is_available()`: the flag is the user
+                # asking for the accelerator, not proof that CUDA is there, so on a TPU host
+                # the assert fails; under a real CUDA check it could not.
+                for child in ast.iter_child_nodes(node):
+                    pending.append((child, flags & ~(_GUARDED_FLAG | _FLAG_GUARD_FLAG)))
             elif node_type is ast.If or node_type is ast.IfExp:
                 polarity = self.guard_polarity(node)
                 test_flags = flags | _GUARD_TEST_FLAG if polarity is not None else flags
                 if polarity is None:
                     test_flags |= _fallback_flags(self.fallback_of(node))
                 pending.append((node.test, test_flags))  # type: ignore[attr-defined]
-                body_flags = flags | _GUARDED_FLAG if polarity is True else flags
-                else_flags = flags | _GUARDED_FLAG if polarity is False else flags
+                guarded_flags = self.guarded_flags(flags, node.test)  # type: ignore[attr-defined]
+                body_flags = guarded_flags if polarity is True else flags
+                else_flags = guarded_flags if polarity is False else flags
                 for child, child_flags in ((node.body, body_flags), (node.orelse, else_flags)):  # type: ignore[attr-defined]
                     if isinstance(child, list):
                         pending.extend((item, child_flags) for item in child)
@@ -619,6 +627,22 @@ class _Auditor:
                 return None
             return [child]
         return None
+
+    def guarded_flags(self, flags: int, test: ast.AST) -> int:
+        """`flags` for the CUDA-only branch of a guard with this test: guarded, and guarded by
+        CUDA-named flags alone while no real CUDA check encloses it."""
+        while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            test = test.operand
+        flag_only = (
+            isinstance(test, ast.Name | ast.Attribute)
+            and self.qualify(test) not in _CUDA_PROBES
+            and _CUDA_FLAG_NAME.search(_last_name(test)) is not None
+        )
+        if not flag_only:
+            return (flags | _GUARDED_FLAG) & ~_FLAG_GUARD_FLAG
+        if flags & _GUARDED_FLAG:
+            return flags
+        return flags | _GUARDED_FLAG | _FLAG_GUARD_FLAG
 
     def _is_probe(self, node: ast.AST) -> bool:
         while isinstance(node, ast.Subscript):
