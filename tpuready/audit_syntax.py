@@ -320,6 +320,14 @@ def _is_nccl(node: ast.AST) -> bool:
         return "nccl" in text.lower()
     if isinstance(node, ast.IfExp):
         return _is_nccl(node.body) or _is_nccl(node.orelse)
+    if isinstance(node, ast.BoolOp):  # `os.environ.get("BACKEND") or "nccl"`
+        return any(_is_nccl(value) for value in node.values)
+    if isinstance(node, ast.Call) and (_dotted_parts(node.func) or [""])[-2:] in (
+        ["environ", "get"],
+        ["os", "getenv"],
+    ):  # `os.environ.get("BACKEND", "nccl")`: the default, when the variable is not set
+        defaults = [*node.args[1:2], *(k.value for k in node.keywords if k.arg == "default")]
+        return any(_is_nccl(default) for default in defaults)
     return (_dotted_parts(node) or [""])[-1] == "NCCL"
 
 
