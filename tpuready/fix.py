@@ -62,6 +62,7 @@ magics) are left and reported.
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import difflib
 import json
@@ -94,6 +95,7 @@ from tpuready.audit_sources import (
     ignored_rules_by_line,
     load_config,
     load_notebook,
+    parse_python,
     python_of_cell,
     python_of_ipython,
     read_python_and_encoding,
@@ -261,8 +263,10 @@ def _protection(source: str, findings: Sequence[Finding], config: AuditConfig) -
 
 
 def _left(fixed: str, findings: Sequence[Finding], config: AuditConfig) -> tuple[LeftUnfixed, ...]:
-    """What the audit still finds must change in the fixed text, at the fixed text's lines."""
+    """What the audit still finds must change in the fixed text, at the fixed text's lines;
+    a CUDA check kept over code the fixer leaves CUDA-only says so."""
     lines = fixed.splitlines()
+    kept = _kept_checks(fixed, findings)
     return tuple(
         LeftUnfixed(
             line=finding.line,
@@ -270,11 +274,44 @@ def _left(fixed: str, findings: Sequence[Finding], config: AuditConfig) -> tuple
             code=lines[finding.line - 1].strip() if finding.line <= len(lines) else "",
             reason=finding.suggestion,
             column=finding.column,
-            message=finding.message,
+            message=finding.message + kept.get(finding.line, ""),
         )
         for finding in findings
         if finding.severity == MUST_CHANGE and finding.rule not in config.skip
     )
+
+
+def _kept_checks(fixed: str, findings: Sequence[Finding]) -> dict[int, str]:
+    """For each CUDA check the fixer kept because its branch holds code it leaves CUDA-only
+    (porting the check alone would send a TPU into that code), why, by the check's line."""
+    behind = sorted({finding.line for finding in findings if _left_behind(finding)})
+    checks = {
+        finding.line
+        for finding in findings
+        if finding.rule == "torch-cuda-call" and finding.severity == MUST_CHANGE
+    }
+    if not behind or not checks - set(behind):
+        return {}
+    try:
+        tree = parse_python(fixed)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {}
+    kept: dict[int, str] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If | ast.IfExp) or node.test.lineno not in checks:
+            continue
+        guarded = [
+            line
+            for line in behind
+            if node.lineno <= line <= (node.end_lineno or node.lineno) and line not in checks
+        ]
+        if guarded:
+            shown = ", ".join(str(line) for line in guarded)
+            kept[node.test.lineno] = (
+                f" (kept by the fixer: it guards line{'s' if len(guarded) > 1 else ''} {shown}, "
+                "which the fixer leaves CUDA-only; port them together)"
+            )
+    return kept
 
 
 def _left_behind(finding: Finding) -> bool:
