@@ -26,6 +26,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from verify import RAISES_TAG, let_expected_cells_raise
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPOSITORY / "notebooks"
@@ -51,9 +52,27 @@ def run_notebook(path: Path) -> tuple[nbformat.NotebookNode, float]:
         coalesce_streams=True,  # one stream output per cell, wherever the flush timer split it
         resources={"metadata": {"path": str(path.parent)}},
     )
+    tagged = let_expected_cells_raise(notebook)
     started = time.perf_counter()
     client.execute()
-    return notebook, time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    for cell in tagged:  # back as written: Lab's Run All must stop at these cells
+        cell.metadata["tags"].remove(RAISES_TAG)
+    clear_your_turn_cells(notebook)
+    return notebook, seconds
+
+
+YOUR_TURN_TAG = "your-turn"
+
+
+def clear_your_turn_cells(notebook: nbformat.NotebookNode) -> None:
+    """Store each exercise's "Your turn" cell as never run: a learner opens it in Lab empty,
+    not under a red traceback, and nbval, which compares no output of a cell never run,
+    still lets it raise (its `nbval-raises-exception` tag)."""
+    for cell in notebook.cells:
+        if cell.cell_type == "code" and YOUR_TURN_TAG in cell.metadata.get("tags", []):
+            cell.outputs = []
+            cell.execution_count = None
 
 
 IGNORE_OUTPUT_MARKER = "# NBVAL_IGNORE_OUTPUT"

@@ -48,7 +48,10 @@ CELL_TIMEOUT_SECONDS = 300  # as nbval's --nbval-cell-timeout and scripts/notebo
 KERNEL_SPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 KINDS = ("cpu", "cuda", "tpu")
 COLUMN_TITLES = {"cpu": "CPU", "cuda": "CUDA", "tpu": "TPU"}
-RAISES_TAG = "raises-exception"
+RAISES_TAG = "raises-exception"  # nbclient, nbval and JupyterLab: carry on past its error
+# nbval alone lets a cell with this tag raise; JupyterLab's Run All still stops there, as it
+# must at an exercise's "Your turn" cell.
+NBVAL_RAISES_TAG = "nbval-raises-exception"
 RAISES_MARKER = "# NBVAL_RAISES_EXCEPTION"
 NOT_VERIFIED = "not yet verified"
 MESSAGE_LENGTH = 100  # characters of an error message kept in a record
@@ -102,9 +105,25 @@ class Record:
 
 
 def expected_to_raise(cell: nbformat.NotebookNode) -> bool:
-    """Whether nbval lets this code cell raise: the `raises-exception` tag or the marker line."""
+    """Whether nbval lets this code cell raise: the `raises-exception` or
+    `nbval-raises-exception` tag, or the marker line."""
     lines = [line.strip() for line in cell.get("source", "").splitlines()]
-    return RAISES_TAG in cell.metadata.get("tags", []) or RAISES_MARKER in lines
+    tags = cell.metadata.get("tags", [])
+    return RAISES_TAG in tags or NBVAL_RAISES_TAG in tags or RAISES_MARKER in lines
+
+
+def let_expected_cells_raise(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    """Give nbclient's `raises-exception` tag, in memory, to every cell nbval lets raise, so
+    that executing the notebook carries on past it as nbval does; returns the cells that got
+    it, to take it off again before the notebook is saved."""
+    tagged = []
+    for cell in notebook.cells:
+        if cell.cell_type == "code" and expected_to_raise(cell):
+            tags = cell.metadata.setdefault("tags", [])
+            if RAISES_TAG not in tags:
+                tags.append(RAISES_TAG)
+                tagged.append(cell)
+    return tagged
 
 
 def _first_line(text: str, scrub: Mapping[str, str] | None = None) -> str:
@@ -122,11 +141,7 @@ def execute_notebook(path: Path) -> NotebookResult:
     its first unexpected error."""
     notebook = nbformat.read(path, as_version=4)
     notebook.metadata["kernelspec"] = KERNEL_SPEC
-    for cell in notebook.cells:  # nbclient honours the tag; give it to marker cells too
-        if cell.cell_type == "code" and expected_to_raise(cell):
-            tags = cell.metadata.setdefault("tags", [])
-            if RAISES_TAG not in tags:
-                tags.append(RAISES_TAG)
+    let_expected_cells_raise(notebook)
     client = NotebookClient(
         notebook,
         timeout=CELL_TIMEOUT_SECONDS,

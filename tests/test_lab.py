@@ -4,7 +4,8 @@ Starts a Jupyter Lab server on 127.0.0.1 (a free port, a token, `--allow-root` f
 serving a copy of the notebook so the repository is never written, and drives Debian's
 Chromium through playwright. `jupyterlab-myst` (pinned in requirements.txt) must render the
 book's MyST: every `{exercise}` prompt shows its title, no directive shows as a raw block, and
-every solution cell (`jupyter.source_hidden`) opens collapsed.
+every solution cell (`jupyter.source_hidden`) opens collapsed. "Run All" stops at the first
+"Your turn" cell, as the book tags it, and runs no solution after it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
+import nbformat
 import pytest
 from conftest import NOTEBOOK_DIR, read_notebook
 
@@ -54,6 +56,20 @@ def solution_cell_indices(notebook: Path) -> list[int]:
     return [i for i, cell in enumerate(cells) if "solution" in cell.metadata.get("tags", [])]
 
 
+RUN_ALL_NOTEBOOK = "run_all_stops.ipynb"
+
+
+def run_all_notebook() -> dict:
+    """A three-cell notebook: a cell, chapter 1's first "Your turn" cell (its tags and
+    source as the book stores them), and a cell standing for the solution after it."""
+    notebook = read_notebook(NOTEBOOK)
+    your_turn = next(c for c in notebook.cells if "your-turn" in c.metadata.get("tags", []))
+    first = nbformat.v4.new_code_cell('print("before the exercise")')
+    after = nbformat.v4.new_code_cell('print("the solution ran")')
+    notebook.cells = [first, your_turn, after]
+    return notebook
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -67,6 +83,7 @@ def lab_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = home / "notebooks"
     root.mkdir()
     shutil.copy2(NOTEBOOK, root / NOTEBOOK.name)
+    nbformat.write(run_all_notebook(), root / RUN_ALL_NOTEBOOK)
     port, token = _free_port(), secrets.token_hex(16)
     # Lab's own state (config, runtime files, workspaces, settings) stays in the temporary
     # folder. The settings turn off autosave and the news prompt (the test only reads), and
@@ -201,3 +218,28 @@ def test_lab_opens_every_solution_collapsed(lab_page) -> None:
         assert "jp-CodeCell" in (cell.get_attribute("class") or ""), index
         assert cell.locator(".jp-InputPlaceholder").count() == 1, f"cell {index} is not collapsed"
         assert cell.locator(".jp-InputArea .cm-editor").count() == 0, f"cell {index} shows code"
+
+
+def test_run_all_stops_at_the_your_turn_cell(lab_url: str, browser) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        # A workspace of its own, reset: only this notebook is open, so Run All runs it.
+        alone = f"/lab/workspaces/run-all/tree/{RUN_ALL_NOTEBOOK}?reset&"
+        page.goto(lab_url.replace(f"/lab/tree/{NOTEBOOK.name}?", alone), wait_until="load")
+        page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=RENDER_TIMEOUT_MS)
+        # The kernel is up when the status bar says so; Run All before that may do nothing.
+        page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=RENDER_TIMEOUT_MS)
+        page.click(".lm-MenuBar-itemLabel:text-is('Run')")
+        page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
+        cells = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell")
+        assert cells.count() == 3
+        cells.nth(1).locator("[data-mime-type='application/vnd.jupyter.stderr']").wait_for(
+            timeout=RENDER_TIMEOUT_MS
+        )
+        assert "before the exercise" in cells.nth(0).inner_text()
+        assert "NotImplementedError" in cells.nth(1).inner_text()
+        page.wait_for_timeout(2_000)  # time for a cell Run All went on to, were there one
+        assert cells.nth(2).locator(".jp-OutputArea-output").count() == 0
+        assert cells.nth(2).locator(".jp-InputPrompt").inner_text().strip() == "[ ]:"
+    finally:
+        page.close()

@@ -76,12 +76,12 @@ class TestStoredNotebook:
         assert read_notebook(path).metadata["kernelspec"]["name"] == "python3"
 
     def test_no_error_outputs(self, path: Path) -> None:
-        # An exercise's "your turn" cell raises NotImplementedError on purpose (checked below).
+        # An exercise's "your turn" cell raises on purpose, and is stored never run (below).
         errors = [
             index
             for index, cell in enumerate(code_cells(path), start=1)
             for output in cell.get("outputs", [])
-            if output["output_type"] == "error" and "your-turn" not in tags_of(cell)
+            if output["output_type"] == "error"
         ]
         assert errors == [], f"code cells {errors} store an error output"
 
@@ -95,8 +95,14 @@ class TestStoredNotebook:
         assert noisy == [], f"code cells {noisy} wrote to stderr (warnings must not leak)"
 
     def test_execution_counts_run_one_to_n_in_order(self, path: Path) -> None:
-        counts = [cell.get("execution_count") for cell in code_cells(path)]
-        assert counts == list(range(1, len(counts) + 1)), (
+        # A "Your turn" cell ran too, but is stored as never run (see the exercises below).
+        cells = code_cells(path)
+        counts = [cell.get("execution_count") for cell in cells]
+        expected = [
+            None if "your-turn" in tags_of(cell) else number
+            for number, cell in enumerate(cells, start=1)
+        ]
+        assert counts == expected, (
             f"execution counts {counts}: re-execute with `make notebooks NB={path.name}`"
         )
 
@@ -281,7 +287,7 @@ def test_numbers_in_prose_are_glued(path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # Exercises a workshop can use. See CONTRIBUTING.md, "Exercises".
 
-YOUR_TURN_TAGS = {"your-turn", "raises-exception", "remove-output"}
+YOUR_TURN_TAGS = {"your-turn", "nbval-raises-exception", "remove-output"}
 SOLUTION_TAGS = {"solution", "hide-input"}
 DEFINE_LINE = re.compile(r"^\*\*Define:\*\*\s*(.+)$", re.MULTILINE)
 
@@ -366,8 +372,18 @@ class TestExercises:
                     continue
                 assert tags_of(cell) >= YOUR_TURN_TAGS, f"{label}: tags {YOUR_TURN_TAGS}"
                 assert "raise NotImplementedError" in cell.source, label
-                errors = [o.get("ename") for o in cell.get("outputs", [])]
-                assert errors == ["NotImplementedError"], f"{label}: stored outputs {errors}"
+                # Stored as never run: Lab opens it empty, not under a red traceback.
+                assert (cell.outputs, cell.execution_count) == ([], None), label
+
+    def test_run_all_stops_at_the_first_your_turn_cell(self, path: Path) -> None:
+        # JupyterLab's Run All carries on past a cell tagged `raises-exception` (and would run
+        # the solutions); nbval's own `nbval-raises-exception` lets the cell raise under test.
+        carried_on = [
+            index
+            for index, cell in enumerate(code_cells(path), start=1)
+            if "raises-exception" in tags_of(cell)
+        ]
+        assert carried_on == [], f"code cells {carried_on} tell Lab's Run All to carry on"
 
     def test_solutions_are_collapsed_in_lab_and_a_dropdown_on_the_site(self, path: Path) -> None:
         for label, _, _, cells in exercises_of(path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -17,10 +18,15 @@ pytest_plugins = ["pytester"]
 
 
 def _load_executor():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("notebooks", REPOSITORY / "scripts/notebooks.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    scripts = str(REPOSITORY / "scripts")
+    sys.path.insert(0, scripts)  # notebooks.py imports its sibling verify.py, as when it runs
+    try:
+        spec = importlib.util.spec_from_file_location("notebooks", f"{scripts}/notebooks.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(scripts)
     return module
 
 
@@ -44,6 +50,25 @@ def test_an_unchanged_timing_cell_keeps_its_stored_sample() -> None:
     fresh = _notebook(("print(1)", "1\n"), (TIMING, "2.31 ms\n"))
     assert executor.keep_stored_samples(stored, fresh) == 1
     assert fresh.cells[1].outputs[0].text == "2.20 ms\n"
+
+
+def test_a_your_turn_cell_is_stored_never_run_and_execution_goes_past_it(tmp_path: Path) -> None:
+    notebook = nbformat.v4.new_notebook()
+    your_turn = nbformat.v4.new_code_cell('raise NotImplementedError("Your turn")')
+    your_turn.metadata["tags"] = ["your-turn", "nbval-raises-exception", "remove-output"]
+    notebook.cells = [
+        nbformat.v4.new_code_cell("answer = 41"),
+        your_turn,
+        nbformat.v4.new_code_cell("print(answer + 1)"),  # the solution, after the stop
+    ]
+    path = tmp_path / "exercise.ipynb"
+    nbformat.write(notebook, path)
+    executed, _ = executor.run_notebook(path)
+    stored = executed.cells[1]
+    assert (stored.outputs, stored.execution_count) == ([], None)  # no stored traceback
+    # The tag that lets nbclient (and Lab's Run All) carry on was lent for the run only.
+    assert stored.metadata["tags"] == ["your-turn", "nbval-raises-exception", "remove-output"]
+    assert executed.cells[2].outputs[0]["text"] == "42\n"
 
 
 def test_compared_cells_and_changed_cells_take_the_new_output() -> None:

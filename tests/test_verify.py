@@ -228,7 +228,10 @@ def test_cells_expected_to_raise_are_the_ones_nbval_lets_raise() -> None:
     tagged.metadata["tags"] = ["your-turn", "raises-exception", "remove-output"]
     marked = nbformat.v4.new_code_cell("# NBVAL_RAISES_EXCEPTION\nraise KeyError(1)")
     quoted = nbformat.v4.new_code_cell('print("# NBVAL_RAISES_EXCEPTION")')
+    for_nbval_alone = nbformat.v4.new_code_cell("raise NotImplementedError")
+    for_nbval_alone.metadata["tags"] = ["your-turn", "nbval-raises-exception"]
     assert verify.expected_to_raise(tagged) and verify.expected_to_raise(marked)
+    assert verify.expected_to_raise(for_nbval_alone)
     assert not verify.expected_to_raise(quoted)
 
 
