@@ -392,6 +392,9 @@ class TestExercises:
                     continue
                 assert tags_of(cell) >= SOLUTION_TAGS, f"{label}: tags {SOLUTION_TAGS}"
                 assert cell.metadata.get("jupyter", {}).get("source_hidden") is True, label
+                # An output would show outside the site's closed dropdown and under Lab's
+                # collapsed cell, and a solution's output is its answer.
+                assert cell.outputs == [], f"{label}: a solution cell shows an output"
                 # Lab shows a collapsed cell's first line: let it warn, not give the answer.
                 assert cell.source.startswith("# Solution"), f"{label}: {cell.source[:40]!r}"
                 assert "code_prompt_show" in cell.metadata.get("mystnb", {}), label
