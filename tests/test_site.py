@@ -396,3 +396,56 @@ def test_wide_tables_scroll_inside_their_own_box(site_url, browser) -> None:
     page.close()
     assert any(box["wider"] for box in boxes), "no table wider than a phone: nothing to check"
     assert all(box["scrolls"] and box["fitsPage"] for box in boxes if box["wider"]), boxes
+
+
+TABLET_WIDTH = 900  # under the theme's 992 px breakpoint: the sidebars open as drawers
+
+
+def _the_visible(page, selector: str):  # type: ignore[no-untyped-def]
+    """The one element matching `selector` that a reader can see (the theme has its toggles
+    bind to the first match in the page, so a hidden twin would take their clicks)."""
+    matches = page.locator(selector)
+    visible = [matches.nth(i) for i in range(matches.count()) if matches.nth(i).is_visible()]
+    assert len(visible) == 1, f"{len(visible)} visible {selector} of {matches.count()}"
+    assert matches.count() == 1, f"{matches.count()} {selector} in the page, one hidden"
+    return visible[0]
+
+
+@pytest.mark.parametrize("width", [PHONE_WIDTH, TABLET_WIDTH])
+@pytest.mark.parametrize(
+    ("toggle", "drawer"),
+    [
+        (".primary-toggle", "#pst-primary-sidebar-modal"),
+        (".secondary-toggle", "#pst-secondary-sidebar-modal"),
+    ],
+)
+def test_each_toggle_opens_and_closes_its_drawer_on_a_small_screen(
+    site_url, browser, width: int, toggle: str, drawer: str
+) -> None:
+    page = browser.new_page(viewport={"width": width, "height": 800})
+    try:
+        page.goto(urljoin(site_url, CHAPTER_1), wait_until="load")
+        _the_visible(page, toggle).click()
+        page.wait_for_selector(f"{drawer}[open]", timeout=10_000)
+        assert page.locator(f"{drawer} a").count() > 0, "the drawer opened empty"
+        page.keyboard.press("Escape")
+        page.wait_for_selector(f"{drawer}:not([open])", state="attached", timeout=10_000)
+    finally:
+        page.close()
+
+
+def test_the_navigation_toggle_hides_and_shows_the_sidebar_on_a_desktop(site_url, browser) -> None:
+    page = browser.new_page(viewport={"width": DESKTOP_WIDTH, "height": 800})
+    try:
+        page.goto(urljoin(site_url, CHAPTER_1), wait_until="load")
+        sidebar = page.locator("#pst-primary-sidebar")
+        assert sidebar.is_visible()
+        toggle = _the_visible(page, ".primary-toggle")
+        toggle.click()
+        sidebar.wait_for(state="hidden", timeout=10_000)  # it slides out
+        toggle.click()
+        sidebar.wait_for(state="visible", timeout=10_000)
+        # No empty band above the article: the theme's top bar is gone, not just emptied.
+        assert page.locator("#pst-header .bd-header__inner").count() == 0
+    finally:
+        page.close()

@@ -277,6 +277,7 @@ def audit_code(source: str, path: str = "<string>", *, cell: int | None = None) 
 
 
 def _audit_text(source: str, path: str, cell: int | None) -> list[Finding]:
+    """The findings of one text, unsorted; the syntax tree dies when this returns."""
     try:
         if not _may_have_findings(source, {}):
             # No rule can fire; only whether it parses is reported, so no tree is built.
