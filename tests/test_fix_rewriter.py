@@ -227,3 +227,27 @@ def test_a_fix_with_nested_stand_ins_equals_one_without(monkeypatch: pytest.Monk
 )
 def test_which_statements_bind_device(code: str, binds: bool) -> None:
     assert fix_rewriter._binds_the_name_device(ast.parse(code).body) is binds
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # handlers are listed after `else`/`finally` in Python's tree, not in line order
+        "import torch\n\n\ndef f(x):\n    try:\n        x = x.cuda()\n    except Exception:\n"
+        "        y = 1\n    else:\n        y = 3\n    finally:\n        z = 2\n    return x\n",
+        # a form feed starts the indentation of a line
+        "import torch\n\n\ndef f(x):\n\x0c    y = 1\n    x = x.cuda()\n    return x\n",
+        # a statement on a line the line before continues
+        "import torch\n\n\ndef f(x, z):\n    if z:\n        x = x.cuda()\n    else: \\\n"
+        "        y = 1\n    return x\n",
+    ],
+)
+def test_a_stand_in_keeps_the_text_libcst_parses_the_same(
+    source: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tpuready import fix
+
+    with_stand_ins = fix.fix_source(source)
+    monkeypatch.setattr(fix, "stand_in_text", lambda text, lines: (text, []))
+    assert with_stand_ins == fix.fix_source(source)
+    assert "x.to(device)" in with_stand_ins.fixed

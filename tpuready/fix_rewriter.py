@@ -1016,6 +1016,7 @@ def stand_in_text(source: str, finding_lines: frozenset[int]) -> tuple[str, list
             or (re.search(r"\bdevice\b", text) and _binds_the_name_device(statements))
             or "\\" in lines[end - 1][-3:]  # a line continued past the block: leave it
             or lines[start - 1][:column].strip()  # after a header on its line: `if x: y = 1`
+            or (start > 1 and lines[start - 2].rstrip("\r\n").endswith("\\"))  # `else: \`
         ):
             nested = [
                 block
@@ -1032,9 +1033,9 @@ def stand_in_text(source: str, finding_lines: frozenset[int]) -> tuple[str, list
     replaced: list[tuple[str, str]] = []
     pieces: list[str] = []
     done = 0  # lines of `source` already in `pieces`
-    for start, end in chosen:
+    for start, end in sorted(chosen):  # a `try`'s handlers come after its `else`/`finally`
         text = "".join(lines[start - 1 : end])
-        indent = text[: len(text) - len(text.lstrip(" \t"))]
+        indent = text[: len(text) - len(text.lstrip(" \t\f"))]
         newline = "\r\n" if lines[end - 1].endswith("\r\n") else "\n"
         count = end - start + 1
         stand_in = f"{indent}def {name}_{len(replaced)}(" + (
