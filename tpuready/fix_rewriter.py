@@ -1003,7 +1003,7 @@ def stand_in_text(source: str, finding_lines: frozenset[int]) -> tuple[str, list
         ),
         len(blocks),
     )
-    chosen: list[tuple[int, int]] = []  # (first line, last line) of each stand-in, in order
+    chosen: list[tuple[int, int]] = []  # (first line, last line) of each stand-in
     pending = list(reversed(blocks[first_definition:]))
     while pending:
         start, end, statements = pending.pop()
