@@ -43,12 +43,13 @@ QUIET_PIP := { grep -v "^WARNING: Location" || true; }
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	--nbval-cell-timeout=300 -p tests.notebook_time_budget --ignore=notebooks/examples
 
-.PHONY: help venv book test lint unit nbval nbval-native nbval-portable site notebooks bench serve lab \
+.PHONY: help venv book check test lint unit nbval nbval-native nbval-portable site notebooks bench serve lab \
 	chromium clean
 
 help:
 	@echo "make book       create .venv, install the pins, build the site into _build/html"
 	@echo "                TORCH=cpu takes torch from PyTorch's CPU wheel index (no CUDA libraries)"
+	@echo "make check      a learner's set-up check (about 20 s, no browser): PASS or what to fix"
 	@echo "make test       lint, unit tests, nbval over every notebook, book build, browser checks"
 	@echo "make notebooks  re-execute every notebook in place (one: make notebooks NB=notebooks/01_....ipynb)"
 	@echo "                FRESH=1 also replaces stored timing samples of unchanged cells"
@@ -81,6 +82,11 @@ book: venv
 	@echo "or run 'make serve' and visit http://127.0.0.1:8000"
 
 test: venv chromium lint unit nbval site
+
+# What a learner runs instead of `make test` (no Chromium, no network): the set-up notebook in
+# a kernel, as Lab runs it, ending in PASS or the list of what to fix (tpuready/setup_check.py).
+check: venv
+	@$(NOTEBOOK_ENV) $(PY) -m tpuready.setup_check --notebook notebooks/00_setup_check.ipynb
 
 lint: venv
 	$(VENV)/bin/ruff check tpuready tests scripts scripts/no_network

@@ -1,0 +1,136 @@
+"""The learner's set-up check (tpuready.setup_check, notebooks/00_setup_check.ipynb, make check)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import REPOSITORY
+
+from tpuready import setup_check
+from tpuready.setup_check import CheckResult
+
+REQUIREMENTS = "# a comment\ntorch==2.13.0\nJinja2==3.1.6\n\nsome_pkg.name==1.0  # why\n"
+
+
+@pytest.fixture
+def requirements(tmp_path: Path) -> Path:
+    path = tmp_path / "requirements.txt"
+    path.write_text(REQUIREMENTS)
+    return path
+
+
+def test_pins_are_read_by_normalized_name(requirements: Path) -> None:
+    assert setup_check.read_pins(requirements) == {
+        "torch": "2.13.0",
+        "jinja2": "3.1.6",
+        "some-pkg-name": "1.0",
+    }
+
+
+def test_a_missing_requirements_file_is_named_with_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"requirements\.txt.*--requirements"):
+        setup_check.read_pins(tmp_path / "requirements.txt")
+
+
+def test_matching_pins_pass_and_a_build_label_counts_as_its_version(requirements: Path) -> None:
+    installed = {"torch": "2.13.0+cpu", "jinja2": "3.1.6", "some-pkg-name": "1.0"}
+    result = setup_check.check_pins(requirements, installed.get)
+    assert result == CheckResult("pins", True, "all 3 pinned packages match")
+
+
+def test_a_wrong_or_missing_package_is_named_with_both_versions(requirements: Path) -> None:
+    installed = {"torch": "2.12.1", "jinja2": "3.1.6"}
+    result = setup_check.check_pins(requirements, installed.get)
+    assert not result.passed
+    assert "2 of 3 differ" in result.detail
+    assert "torch 2.12.1 (pinned 2.13.0)" in result.detail
+    assert "some-pkg-name missing (pinned 1.0)" in result.detail
+    assert "make venv" in result.detail
+
+
+def test_a_long_list_of_wrong_pins_is_cut_to_five(tmp_path: Path) -> None:
+    path = tmp_path / "requirements.txt"
+    path.write_text("".join(f"package{index}==1.0\n" for index in range(8)))
+    result = setup_check.check_pins(path, lambda name: "0.9")
+    assert "8 of 8 differ" in result.detail and "and 3 more" in result.detail
+    assert "package5" not in result.detail
+
+
+@pytest.mark.parametrize(
+    ("version", "passed"), [((3, 10, 14), False), ((3, 11, 0), True), ((3, 13, 1), True)]
+)
+def test_python_must_be_3_11_or_newer(version: tuple[int, int, int], passed: bool) -> None:
+    result = setup_check.check_python(version)
+    assert result.passed is passed
+    assert f"Python {version[0]}.{version[1]}" in result.detail
+    assert ("PYTHON_FOR_VENV" in result.detail) is not passed
+
+
+def test_the_lab_check_fails_without_the_myst_extension(tmp_path: Path) -> None:
+    result = setup_check.check_lab_myst(prefix=tmp_path)
+    assert not result.passed and "raw text" in result.detail
+
+
+def test_the_lab_check_passes_in_this_venv() -> None:
+    assert setup_check.check_lab_myst().passed
+
+
+def test_two_ranks_all_reduce_through_the_launcher() -> None:
+    result = setup_check.check_two_ranks()
+    assert result == CheckResult("two ranks", True, "gloo on cpu, all_reduce gave 3")
+
+
+def test_a_launch_failure_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise TimeoutError("rank 1 did not join\nmore detail")
+
+    monkeypatch.setattr("tpuready.launch.run_workers", refuse)
+    result = setup_check.check_two_ranks()
+    assert not result.passed
+    assert result.detail.startswith("TimeoutError: rank 1 did not join;")
+    assert "127.0.0.1" in result.detail
+
+
+def test_the_verdict_is_pass_only_when_every_check_passed() -> None:
+    good = CheckResult("device", True, "cpu")
+    bad = CheckResult("pins", False, "torch missing; run make venv")
+    assert setup_check.verdict([good, good]).startswith("PASS: all 2 checks passed")
+    failed = setup_check.verdict([good, bad])
+    assert failed.startswith("NOT READY: 1 of 2 checks failed")
+    assert "- pins: torch missing; run make venv" in failed
+    assert "device" not in failed
+
+
+def _notebook(tmp_path: Path, last_source: str) -> Path:
+    path = tmp_path / "check.ipynb"
+    cells = [nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell(last_source)]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    return path
+
+
+def test_the_notebook_run_prints_its_verdict(tmp_path: Path, capsys) -> None:
+    assert setup_check.run_notebook(_notebook(tmp_path, "print('PASS: fine')")) == 0
+    assert capsys.readouterr().out.strip() == "PASS: fine"
+    assert setup_check.run_notebook(_notebook(tmp_path, "print('NOT READY: x')")) == 1
+
+
+def test_a_failing_cell_stops_the_run_with_its_error(tmp_path: Path, capsys) -> None:
+    assert setup_check.run_notebook(_notebook(tmp_path, "raise ValueError('broken')")) == 1
+    assert "NOT READY: check.ipynb stopped" in capsys.readouterr().err
+    assert setup_check.run_notebook(tmp_path / "absent.ipynb") == 1
+
+
+def test_the_setup_notebook_runs_every_check_in_order() -> None:
+    """The notebook shows each check the module has, so the verdict covers them all."""
+    source = "\n".join(
+        cell.source
+        for cell in nbformat.read(REPOSITORY / "notebooks/00_setup_check.ipynb", 4).cells
+        if cell.cell_type == "code"
+    )
+    checks = ["check_python", "check_pins", "check_device", "check_two_ranks"]
+    checks += ["check_transformers", "check_lab_myst"]
+    positions = [source.index(f"setup_check.{name}(") for name in checks]
+    assert positions == sorted(positions)
+    assert source.rstrip().endswith("print(setup_check.verdict(results))")
