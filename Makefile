@@ -89,8 +89,8 @@ check: venv
 	@$(NOTEBOOK_ENV) $(PY) -m tpuready.setup_check --notebook notebooks/00_setup_check.ipynb
 
 lint: venv
-	$(VENV)/bin/ruff check tpuready tests scripts scripts/no_network
-	$(VENV)/bin/ruff format --check tpuready tests scripts scripts/no_network
+	$(VENV)/bin/ruff check tpuready tests scripts scripts/no_network book/_ext
+	$(VENV)/bin/ruff format --check tpuready tests scripts scripts/no_network book/_ext
 	$(VENV)/bin/ruff check notebooks
 
 unit: venv

@@ -26,11 +26,16 @@ from urllib.parse import urlparse
 
 import nbformat
 import pytest
-from conftest import NOTEBOOK_DIR, read_notebook
+from conftest import NOTEBOOK_DIR, REPOSITORY, read_notebook
 
 pytestmark = pytest.mark.browser
 
 NOTEBOOK = NOTEBOOK_DIR / "01_device_agnostic_basics.ipynb"
+# The learners' copy of chapter 12 (the chapter with the most glued numbers), as the workshop
+# bundle and the site's download button give it: book/_ext/workshop_bundle.py.
+LEARNER_SOURCE = NOTEBOOK_DIR / "12_padding_and_bucketing.ipynb"
+LEARNER_NOTEBOOK = "12_learner_copy.ipynb"
+GLUE_KEY = re.compile(r"\b(?:ch\d\d|hw)_[a-z0-9_]+\b")
 STARTUP_TIMEOUT_SECONDS = 60.0
 RENDER_TIMEOUT_MS = 60_000
 EXERCISE_DIRECTIVE = re.compile(
@@ -70,6 +75,16 @@ def run_all_notebook() -> dict:
     return notebook
 
 
+def learner_copy() -> nbformat.NotebookNode:
+    """Chapter 12 with its numbers in the text, as the workshop bundle holds it."""
+    sys.path.insert(0, str(REPOSITORY / "book" / "_ext"))
+    try:
+        from workshop_bundle import learner_notebook
+    finally:
+        sys.path.pop(0)
+    return learner_notebook(read_notebook(LEARNER_SOURCE), LEARNER_SOURCE.name)
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -84,6 +99,7 @@ def lab_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root.mkdir()
     shutil.copy2(NOTEBOOK, root / NOTEBOOK.name)
     nbformat.write(run_all_notebook(), root / RUN_ALL_NOTEBOOK)
+    nbformat.write(learner_copy(), root / LEARNER_NOTEBOOK)
     port, token = _free_port(), secrets.token_hex(16)
     # Lab's own state (config, runtime files, workspaces, settings) stays in the temporary
     # folder. The settings turn off autosave and the news prompt (the test only reads), and
@@ -243,3 +259,38 @@ def test_run_all_stops_at_the_your_turn_cell(lab_url: str, browser) -> None:
         assert cells.nth(2).locator(".jp-InputPrompt").inner_text().strip() == "[ ]:"
     finally:
         page.close()
+
+
+def _rendered_markdown(page) -> str:  # type: ignore[no-untyped-def]
+    cells = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-MarkdownCell")
+    return "\n".join(cells.locator(RENDERED_MARKDOWN).all_inner_texts())
+
+
+def test_the_book_notebooks_show_glue_keys_in_lab(lab_page) -> None:
+    """What the learners' copies fix: a notebook of the book shows each number as its key."""
+    assert GLUE_KEY.search(_rendered_markdown(lab_page))
+
+
+def test_the_learners_copy_shows_numbers_in_lab(lab_url: str, browser) -> None:
+    expected = next(
+        cell.source for cell in learner_copy().cells if cell.source.startswith("## Summary")
+    )
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        alone = f"/lab/workspaces/learner/tree/{LEARNER_NOTEBOOK}?reset&"
+        page.goto(lab_url.replace(f"/lab/tree/{NOTEBOOK.name}?", alone), wait_until="load")
+        page.wait_for_selector(".jp-Notebook .jp-MarkdownCell", timeout=RENDER_TIMEOUT_MS)
+        page.wait_for_function(
+            "() => Array.from(document.querySelectorAll('.jp-Notebook .jp-MarkdownCell'))"
+            f".every(cell => cell.querySelector('{RENDERED_MARKDOWN}'))",
+            timeout=RENDER_TIMEOUT_MS,
+        )
+        text = _rendered_markdown(page)
+    finally:
+        page.close()
+    assert GLUE_KEY.findall(text) == []
+    # The summary's numbers, as the site prints them: "wastes 57% of the tokens".
+    numbers = re.findall(r"\d[\d,.]*%?", expected.split("\n", 2)[2])
+    assert len(numbers) > 5
+    missing = [number for number in numbers if number not in text]
+    assert missing == []

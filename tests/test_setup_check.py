@@ -59,9 +59,10 @@ def test_a_long_list_of_wrong_pins_is_cut_to_five(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("version", "passed"), [((3, 10, 14), False), ((3, 11, 0), True), ((3, 13, 1), True)]
+    ("version", "passed"),
+    [((3, 10, 14), False), ((3, 11, 4), False), ((3, 11, 5), True), ((3, 13, 1), True)],
 )
-def test_python_must_be_3_11_or_newer(version: tuple[int, int, int], passed: bool) -> None:
+def test_python_must_be_3_11_5_or_newer(version: tuple[int, int, int], passed: bool) -> None:
     result = setup_check.check_python(version)
     assert result.passed is passed
     assert f"Python {version[0]}.{version[1]}" in result.detail

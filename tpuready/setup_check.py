@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-MINIMUM_PYTHON = (3, 11)
+MINIMUM_PYTHON = (3, 11, 5)  # the oldest release the pins install on (soupsieve needs it)
 REINSTALL = "run `make venv` again (in the workshop bundle: `make venv`), then restart the kernel"
 SMOKE_TEST_SECONDS = 60.0  # two ranks start in 3-8 s on a 2-core laptop; this bounds a hang
 NOTEBOOK_SECONDS = 120  # the whole notebook, kernel start included (under 20 s on a laptop)
@@ -70,15 +70,16 @@ def _installed_version(distribution: str) -> str | None:
 
 
 def check_python(version: Sequence[int] = tuple(sys.version_info[:3])) -> CheckResult:
-    """Python must be 3.11 or newer: the pins are resolved for it and `tpuready` needs it."""
-    shown = ".".join(str(part) for part in version[:2])
-    if tuple(version[:2]) >= MINIMUM_PYTHON:
-        return CheckResult("Python", True, f"Python {shown}")
+    """Python must be 3.11.5 or newer: the pins install on it and `tpuready` needs it."""
+    if tuple(version[:3]) >= MINIMUM_PYTHON:
+        # The minor release only: the patch differs between machines, the verdict does not.
+        return CheckResult("Python", True, f"Python {version[0]}.{version[1]}")
+    shown = ".".join(str(part) for part in version[:3])
     return CheckResult(
         "Python",
         False,
-        f"Python {shown} is older than 3.11: install Python 3.11 or newer and build the venv "
-        "with it (make venv PYTHON_FOR_VENV=python3.11)",
+        f"Python {shown} is older than 3.11.5: install a newer Python and build the venv "
+        "with it (make venv PYTHON_FOR_VENV=python3.12)",
     )
 
 
