@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
+import pytest
 import yaml
 from conftest import REPOSITORY, read_notebook
 
@@ -99,3 +100,64 @@ def test_glue_keys_the_pages_name_exist() -> None:
     }
     assert sorted((page, key) for page, key in named if key not in glued) == []
     assert named  # the pages do name keys, so the check reads them
+
+
+# The workshop's agendas (book/workshop/agendas.md): times that add up, breaks in time.
+AGENDAS = REPOSITORY / "book" / "workshop" / "agendas.md"
+AGENDA_TIME = re.compile(r"^(\d+):(\d\d)-(\d+):(\d\d)$")
+MAX_MINUTES_WITHOUT_A_BREAK = 90
+PARTS = {"I": range(1, 5), "II": range(5, 11), "III": range(11, 16)}
+
+
+def agenda(heading: str) -> list[dict]:
+    """The rows of the table under `## heading`, with start and end in minutes."""
+    section = AGENDAS.read_text().split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        match = AGENDA_TIME.match(cells[0])
+        if match and len(cells) == 6:
+            h1, m1, h2, m2 = (int(part) for part in match.groups())
+            block, material, teach, exercises, cut = cells[1:]
+            rows.append(
+                {
+                    "start": h1 * 60 + m1,
+                    "end": h2 * 60 + m2,
+                    "block": block,
+                    "material": material,
+                    "teach": int(teach or 0),
+                    "exercises": int(exercises or 0),
+                    "cut": cut,
+                }
+            )
+    assert rows, f"no agenda table under '## {heading}'"
+    return rows
+
+
+@pytest.mark.parametrize(("heading", "minutes"), [("Half day", 210), ("Full day", 480)])
+def test_an_agenda_adds_up_and_breaks_in_time(heading: str, minutes: int) -> None:
+    rows = agenda(heading)
+    assert rows[0]["start"] == 0 and rows[-1]["end"] == minutes
+    since_break = 0
+    for previous, row in zip([None, *rows], rows, strict=False):
+        if previous is not None:
+            assert row["start"] == previous["end"], f"a gap or overlap before {row['block']}"
+        length = row["end"] - row["start"]
+        if row["block"] in ("Break", "Lunch"):
+            since_break = 0
+            continue
+        assert row["teach"] + row["exercises"] == length, row["block"]
+        assert row["cut"], f"{row['block']} says nothing to cut when short"
+        since_break += length
+        assert since_break <= MAX_MINUTES_WITHOUT_A_BREAK, f"no break before {row['block']}"
+
+
+@pytest.mark.parametrize("heading", ["Half day", "Full day"])
+def test_an_agenda_covers_parts_one_to_three_with_exercises(heading: str) -> None:
+    taught = {}
+    for row in agenda(heading):
+        for number in re.findall(r"notebooks/(\d\d)_", row["material"]):
+            taught[int(number)] = row
+    for part, chapters in PARTS.items():
+        assert any(chapter in taught for chapter in chapters), f"Part {part} is not taught"
+    assert all(row["exercises"] > 0 for row in taught.values() if row["material"])

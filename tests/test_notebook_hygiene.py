@@ -161,6 +161,9 @@ class TestChapterShape:
     def test_opens_with_a_title_and_what_it_teaches(self, path: Path) -> None:
         first = read_notebook(path).cells[0]
         assert first.cell_type == "markdown" and first.source.startswith("# ")
+        # The number the prose calls it by ("chapter 3") is in the title and the sidebar.
+        number = int(path.name[:2])
+        assert first.source.startswith(f"# {number}. "), f"the title lacks '{number}. '"
         for heading in ("What you'll do", "What you'll learn", "What you'll need"):
             assert heading in first.source, f"the opening lacks '{heading}'"
 

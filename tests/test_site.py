@@ -15,12 +15,15 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
+import zipfile
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlparse
 
+import nbformat
 import pytest
 from conftest import REPOSITORY
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
@@ -224,26 +227,147 @@ def test_chapter_pages_offer_the_notebook_download(built_site: Path) -> None:
     assert "01_device_agnostic_basics.ipynb" in html, "no download link for the .ipynb"
 
 
+def _linked(site: Path, page: str, suffix: str) -> Path:
+    """The one file with `suffix` that `page` links to, resolved inside the built site."""
+    (reference,) = {r for r in _parse(site / page).references if urlparse(r).path.endswith(suffix)}
+    return ((site / page).parent / unquote(urlparse(reference).path)).resolve()
+
+
+@pytest.mark.parametrize("chapter", [CHAPTER_1, "notebooks/12_padding_and_bucketing.html"])
+def test_the_downloaded_notebook_is_valid_says_what_it_needs_and_shows_numbers(
+    built_site: Path, chapter: str
+) -> None:
+    notebook = nbformat.read(_linked(built_site, chapter, ".ipynb"), as_version=4)
+    nbformat.validate(notebook)
+    assert notebook.cells[0].source.startswith("> *Downloaded from the TPU-ready PyTorch site.*")
+    assert "workshop bundle" in notebook.cells[0].source.splitlines()[0]
+    markdown = "\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
+    assert "{glue" not in markdown
+
+
+WORKSHOP_PAGE = "book/workshop/index.html"
+BUNDLE_SETUP_CHECK = "notebooks/00_setup_check.ipynb"  # the bundle's `make check` runs it
+
+
+@pytest.fixture(scope="session")
+def unpacked_bundle(built_site: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundle the workshop page links to, unpacked as a learner would."""
+    archive = _linked(built_site, WORKSHOP_PAGE, ".zip")
+    target = tmp_path_factory.mktemp("bundle")
+    with zipfile.ZipFile(archive) as bundle:
+        assert bundle.testzip() is None
+        bundle.extractall(target)
+    return target / "tpuready-workshop"
+
+
+def test_the_bundle_holds_what_a_room_needs(unpacked_bundle: Path) -> None:
+    names = {path.name for path in unpacked_bundle.iterdir()}
+    assert {"Makefile", "README.md", "requirements.txt", "fill_wheelhouse.py", "site"} <= names
+    assert (unpacked_bundle / "requirements.txt").read_text() == (
+        REPOSITORY / "requirements.txt"
+    ).read_text()
+    chapters = sorted(p.name for p in (unpacked_bundle / "notebooks").glob("*.ipynb"))
+    assert chapters == sorted(p.name for p in (REPOSITORY / "notebooks").glob("*.ipynb"))
+    for folder in ("workers", "data", "examples"):
+        assert any((unpacked_bundle / "notebooks" / folder).iterdir()), folder
+    assert (unpacked_bundle / "site" / "index.html").is_file()
+    assert not (unpacked_bundle / "site" / "downloads").exists()  # no bundle in the bundle
+
+
+def test_the_bundle_setup_check_passes_unpacked_with_no_network(unpacked_bundle: Path) -> None:
+    """The bundle's own `make check` command, run with its wheel's tpuready, offline."""
+    (wheel,) = unpacked_bundle.glob("tpuready-*-py3-none-any.whl")
+    # A wheel is a zip that Python imports from: the bundle's tpuready, not the checkout's.
+    env = dict(os.environ, PYTHONPATH=str(wheel), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    env.pop("VIRTUAL_ENV", None)
+    python = str(Path(sys.executable))
+    no_network = str(REPOSITORY / "scripts" / "no_network")
+    where = subprocess.run(
+        [no_network, python, "-c", "import tpuready.setup_check as m; print(m.__file__)"],
+        cwd=unpacked_bundle,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert where.stdout.strip().startswith(str(wheel)), where.stdout + where.stderr
+    check = subprocess.run(
+        [no_network, python, "-m", "tpuready.setup_check", "--notebook", BUNDLE_SETUP_CHECK],
+        cwd=unpacked_bundle,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert check.stdout.startswith("PASS"), check.stdout
+
+
+HANDOUTS = [
+    f"book/workshop/handouts/{name}.html"
+    for name in ("part1-device-agnostic", "part2-sharding", "part3-shapes")
+]
+SCREENSHOT_PAGES = {
+    "home": "index.html",
+    "chapter-01": CHAPTER_1,  # one chapter per part
+    "chapter-05": "notebooks/05_meshes_and_dtensor.html",
+    "chapter-12": "notebooks/12_padding_and_bucketing.html",
+    "workshop": WORKSHOP_PAGE,
+    **{f"handout-{path.split('/')[-1][:5]}": path for path in HANDOUTS},
+}
+
+
 @pytest.mark.browser
-@pytest.mark.parametrize(
-    ("name", "relative", "width"),
-    [
-        ("home", "index.html", DESKTOP_WIDTH),
-        ("chapter-01", CHAPTER_1, DESKTOP_WIDTH),
-        ("chapter-03-phone", CHAPTER_3, PHONE_WIDTH),
-    ],
-)
-def test_screenshot_for_a_person_to_look_at(site_url, browser, name, relative, width) -> None:
+@pytest.mark.parametrize("width", [DESKTOP_WIDTH, PHONE_WIDTH])
+@pytest.mark.parametrize("name", SCREENSHOT_PAGES)
+def test_screenshot_for_a_person_to_look_at(site_url, browser, name, width) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": width, "height": 900})
     refuse_other_hosts(page, site_url)
-    page.goto(urljoin(site_url, relative), wait_until="networkidle")
+    page.goto(urljoin(site_url, SCREENSHOT_PAGES[name]), wait_until="networkidle")
     title = page.title()
-    target = SCREENSHOTS / f"{name}.png"
+    target = SCREENSHOTS / f"{name}-{'desktop' if width == DESKTOP_WIDTH else 'phone'}.png"
     page.screenshot(path=str(target), full_page=False)
     page.close()
     assert "TPU-ready PyTorch" in title
     assert target.stat().st_size > 20_000, "the screenshot looks blank"
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("paper", ["A4", "Letter"])
+@pytest.mark.parametrize("handout", HANDOUTS)
+def test_each_handout_prints_to_one_page(site_url, browser, handout: str, paper: str) -> None:
+    page = browser.new_page()
+    refuse_other_hosts(page, site_url)
+    page.goto(urljoin(site_url, handout), wait_until="networkidle")
+    pdf = page.pdf(format=paper, print_background=True)
+    printed_text = page.evaluate("document.querySelector('.handout').innerText")
+    page.close()
+    assert len(re.findall(rb"/Type\s*/Page\b", pdf)) == 1
+    assert len(printed_text) > 1500, "the handout printed (almost) nothing"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    (SCREENSHOTS / f"{Path(handout).stem}-{paper}.pdf").write_bytes(pdf)
+
+
+def test_handouts_hold_no_maintainer_notes(built_site: Path) -> None:
+    for handout in HANDOUTS:
+        source = (REPOSITORY / handout.replace(".html", ".md")).read_text()
+        assert not re.search(r"[Rr]egenerate|make notebooks|CONTRIBUTING|tests/", source), handout
+
+
+@pytest.mark.browser
+def test_a_solution_dropdown_opens_on_the_site(site_url, browser) -> None:
+    page = browser.new_page(viewport={"width": DESKTOP_WIDTH, "height": 900})
+    try:
+        page.goto(urljoin(site_url, CHAPTER_1), wait_until="load")
+        dropdown = page.locator("details", has_text="Show the solution").first
+        code = dropdown.locator("pre").first
+        assert not code.is_visible()
+        dropdown.locator("summary").click()
+        code.wait_for(state="visible", timeout=10_000)
+        assert "def " in code.inner_text()
+    finally:
+        page.close()
 
 
 def chapter_pages(site: Path) -> list[str]:
