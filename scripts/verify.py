@@ -284,6 +284,8 @@ def run(paths: list[Path], records: Path = RECORDS) -> tuple[Record, Path]:
     with tempfile.TemporaryDirectory(prefix="tpuready-verify-") as folder:
         copy = Path(folder) / "notebooks"
         shutil.copytree(NOTEBOOKS, copy, ignore=COPY_IGNORES)
+        # The set-up check reads the pins beside the notebooks' folder, as in a clone.
+        shutil.copy2(NOTEBOOKS.parent / "requirements.txt", Path(folder) / "requirements.txt")
         for path in paths:
             results[path.stem] = result = execute_notebook(copy / path.name)
             print(summary_line(path.stem, result, width), flush=True)

@@ -573,3 +573,47 @@ def test_the_navigation_toggle_hides_and_shows_the_sidebar_on_a_desktop(site_url
         assert page.locator("#pst-header .bd-header__inner").count() == 0
     finally:
         page.close()
+
+
+# Colour contrast is four fifths of axe's time on a long chapter (every highlighted token is
+# checked). The colours come from the theme's and Pygments' style sheets, the same on every
+# page of a kind at every width, so contrast runs on one page of each kind at desktop width:
+# prose, a chapter with every code style, a generated table, the workshop's tables, a handout.
+CONTRAST_PAGES = {
+    "book/intro.html",
+    "notebooks/12_padding_and_bucketing.html",
+    "notebooks/reference_hardware.html",
+    WORKSHOP_PAGE,
+    HANDOUTS[0],
+}
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [DESKTOP_WIDTH, PHONE_WIDTH])
+def test_axe_finds_no_serious_accessibility_violation(built_site, site_url, browser, width) -> None:
+    """axe-core (bundled by axe-playwright-python) on every page: nothing serious or critical."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    axe = Axe()
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    refuse_other_hosts(page, site_url)
+    found = {}
+    try:
+        for path in site_pages(built_site):
+            relative = path.relative_to(built_site).as_posix()
+            if relative == "index.html":  # only a redirect to book/intro.html, checked itself
+                continue
+            contrast = width == DESKTOP_WIDTH and relative in CONTRAST_PAGES
+            options = {
+                "resultTypes": ["violations"],
+                "rules": {"color-contrast": {"enabled": contrast}},
+            }
+            page.goto(urljoin(site_url, relative), wait_until="load")
+            for violation in axe.run(page, options=options).response["violations"]:
+                if violation["impact"] in ("serious", "critical"):
+                    targets = [node["target"] for node in violation["nodes"][:3]]
+                    found.setdefault(relative, []).append(f"{violation['id']}: {targets}")
+    finally:
+        page.close()
+    assert found == {}
+    assert {p.relative_to(built_site).as_posix() for p in site_pages(built_site)} >= CONTRAST_PAGES
