@@ -161,3 +161,41 @@ def test_an_agenda_covers_parts_one_to_three_with_exercises(heading: str) -> Non
     for part, chapters in PARTS.items():
         assert any(chapter in taught for chapter in chapters), f"Part {part} is not taught"
     assert all(row["exercises"] > 0 for row in taught.values() if row["material"])
+
+
+GLOSSARY = REPOSITORY / "book" / "reference" / "glossary.md"
+GLOSSARY_ENTRY = re.compile(r"^(\S[^\n]*)\n((?:  [^\n]*\n)+)", re.MULTILINE)
+
+
+def glossary_entries() -> dict[str, str]:
+    block = GLOSSARY.read_text().split("```{glossary}\n", 1)[1].split("\n```", 1)[0] + "\n"
+    return {term: " ".join(text.split()) for term, text in GLOSSARY_ENTRY.findall(block)}
+
+
+def test_the_glossary_is_sorted_and_names_the_terms_the_issue_asked_for() -> None:
+    terms = list(glossary_entries())
+    assert terms == sorted(terms, key=str.lower)
+    asked = {"MXU", "ICI", "DCN", "HBM", "MFU", "SPMD", "FSDP", "TP", "EP", "DTensor"}
+    asked |= {"device mesh", "guard", "recompile", "bucket"}
+    assert asked <= set(terms)
+
+
+def test_each_glossary_term_is_used_by_the_chapters_it_names() -> None:
+    wrong = []
+    for term, text in glossary_entries().items():
+        named = re.findall(r"Chapters? (\d+)(?: (?:and|to) (\d+))?", text)
+        for first, second in named:
+            for number in {int(first), int(second or first)}:
+                chapter = chapter_text(f"{number:02d}").lower()
+                if term.lower().split()[0] not in chapter:
+                    wrong.append(f"{term}: chapter {number}")
+    assert wrong == []
+
+
+def test_the_environment_page_lists_every_variable_the_notebooks_run_under() -> None:
+    makefile = (REPOSITORY / "Makefile").read_text()
+    conditions = makefile.split("NOTEBOOK_ENV :=", 1)[1].split("\n\n", 1)[0]
+    conditions += makefile.split("PORTABLE_KERNELS :=", 1)[1].split("\n", 1)[0]
+    variables = set(re.findall(r"\b([A-Z][A-Z0-9_]+)=", conditions)) - {"PYTHONPATH"}
+    page = (REPOSITORY / "book" / "reference" / "environment-variables.md").read_text()
+    assert variables and {name for name in variables if f"`{name}" not in page} == set()

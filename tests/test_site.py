@@ -617,3 +617,13 @@ def test_axe_finds_no_serious_accessibility_violation(built_site, site_url, brow
         page.close()
     assert found == {}
     assert {p.relative_to(built_site).as_posix() for p in site_pages(built_site)} >= CONTRAST_PAGES
+
+
+def test_the_mapping_page_shows_every_entry_of_the_toolkits_table(built_site: Path) -> None:
+    """Generated from tpuready.accelerator_api when the site builds, so it cannot drift."""
+    from tpuready.accelerator_api import CUDA_TO_ACCELERATOR
+
+    page = (built_site / "book/reference/cuda-to-accelerator.html").read_text(encoding="utf-8")
+    text = re.sub(r"<[^>]+>", "", page)
+    missing = [e.cuda_call for e in CUDA_TO_ACCELERATOR if f"{e.cuda_call} → " not in text]
+    assert missing == []
