@@ -512,6 +512,27 @@ the machine's device name, driver and package versions, and each notebook's resu
 """
 
 
+KIND_PHRASES = {"cpu": "a CPU", "cuda": "a CUDA GPU", "tpu": "a Cloud TPU"}
+
+
+def stamp(records: list[Record], notebook: str) -> str:
+    """One line of plain text for the top of a chapter page: when and with which torch it was
+    last run in full, on each kind of machine that has a record of it."""
+    runs = []
+    for kind in KINDS:
+        record = newest(records, kind, notebook)
+        if record is not None:
+            result = "ran in full" if record.notebooks[notebook].ok else "failed"
+            runs.append(
+                f"{result} on {KIND_PHRASES[kind]} on {record.date[:10]} with torch {record.torch}"
+            )
+    if not runs:
+        return "Not yet run in full outside CI."
+    missing = [KIND_PHRASES[kind] for kind in KINDS if newest(records, kind, notebook) is None]
+    tail = f"; not yet on {' or '.join(missing)}" if missing else ""
+    return f"Last verified: {'; '.join(runs)}{tail}."
+
+
 def write_page(page: Path = PAGE, records: Path = RECORDS) -> None:
     """Rewrite the page from every record in `records`."""
     found = load_records(records)

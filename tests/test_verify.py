@@ -126,6 +126,20 @@ def test_the_newest_record_of_a_kind_fills_the_notebooks_it_ran() -> None:
     assert rows["01_device_agnostic_basics"][1] == "ok; 2026-11-01; torch 2.12.0; 12.0 s"
 
 
+def test_a_chapter_stamp_names_each_kind_with_its_newest_run() -> None:
+    stem = "01_device_agnostic_basics"
+    cpu = record("cpu", "2026-12-03T10:00:00Z")
+    failure = verify.Failure(cell=4, error="RuntimeError", message="boom")
+    gpu = record("cuda", "2026-12-04T10:00:00Z", notebooks={stem: result(failure=failure)})
+    newer_cpu = record("cpu", "2026-12-05T10:00:00Z", torch="2.13.1+cpu")
+    assert verify.stamp([cpu, gpu, newer_cpu], stem) == (
+        "Last verified: ran in full on a CPU on 2026-12-05 with torch 2.13.1+cpu; "
+        "failed on a CUDA GPU on 2026-12-04 with torch 2.13.0+cpu; not yet on a Cloud TPU."
+    )
+    assert verify.stamp([], stem) == "Not yet run in full outside CI."
+    assert verify.stamp([cpu], "not_a_notebook") == "Not yet run in full outside CI."
+
+
 def test_the_records_section_lists_each_machine() -> None:
     gpu = record("cuda", device_name="NVIDIA H200", driver_version="570.86.15")
     page = verify.verification_page([gpu], NOTEBOOKS)

@@ -325,11 +325,12 @@ def _tile_rows() -> list[str]:
 
 
 def _percent(value: float) -> str:
-    """Two decimals, but never a rounded 100.00 % for a value below 1."""
+    """Two decimals, but never a rounded 100.00 % for a value below 1; a no-break space
+    before the sign keeps "100.00 %" on one line in a narrow table column."""
     text = f"{value:.2%}"
     if value < 1 and text == "100.00%":
         text = ">99.99%"
-    return text.replace("%", " %")
+    return text.replace("%", "\N{NO-BREAK SPACE}%")
 
 
 _STREAMED_KINDS = ("tokens per device",)
@@ -437,6 +438,10 @@ def cheat_sheet_markdown() -> str:
     head_64 = matmul_tile_utilization(4_096, 64, 4_096, 256)
     decode = streamed_utilization(100)
     lines = [
+        # A comment for maintainers, which MyST leaves out of the page a reader sees.
+        "% Generated from tpuready.hardware by tpuready.alignment, so its numbers have one",
+        f"% source. Regenerate it with `{CHEAT_SHEET_COMMAND}`; do not edit it by hand.",
+        "",
         "# Hardware alignment cheat sheet",
         "",
         "A TPU's matrix unit (MXU) is a square systolic array: "
@@ -449,12 +454,6 @@ def cheat_sheet_markdown() -> str:
         "[Chapter 13](../notebooks/13_hardware_friendly_dimensions.ipynb) teaches all of it; "
         "the chips' other figures are on the "
         "[hardware figures](../notebooks/reference_hardware.ipynb) page.",
-        "",
-        "```{note}",
-        "This page is generated from `tpuready.hardware` by `tpuready.alignment`, so its "
-        f"numbers have one source. Regenerate it with `{CHEAT_SHEET_COMMAND}`; do not edit it "
-        "by hand.",
-        "```",
         "",
         "## The MXU tile of each chip",
         "",
