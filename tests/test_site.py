@@ -417,6 +417,8 @@ MEASURE_OVERFLOW = """() => {
     page: root.scrollWidth > root.clientWidth ? [`${root.scrollWidth} > ${root.clientWidth}`] : [],
     inputs: wider(".bd-article div.cell_input pre"),
     outputs: wider(".bd-article div.cell_output pre"),
+    blocks: wider(".bd-article pre").filter((_, index) =>
+      !document.querySelectorAll(".bd-article pre")[index].closest(".cell")),
   };
 }"""
 
@@ -464,6 +466,14 @@ def test_code_cells_fit_the_column_at_desktop_width(overflow_at) -> None:
         for kind in ("inputs", "outputs")
         if overflow[kind]
     }
+    assert scrolling == {}, _report(scrolling)
+
+
+@pytest.mark.browser
+def test_code_blocks_of_prose_pages_fit_the_column_at_desktop_width(overflow_at) -> None:
+    """The shell and code blocks of the prose pages (setup, workshop, handouts) do not scroll."""
+    found = overflow_at(DESKTOP_WIDTH)
+    scrolling = {page: overflow["blocks"] for page, overflow in found.items() if overflow["blocks"]}
     assert scrolling == {}, _report(scrolling)
 
 
