@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -80,7 +81,7 @@ def test_the_lab_check_passes_in_this_venv() -> None:
 
 def test_two_ranks_all_reduce_through_the_launcher() -> None:
     result = setup_check.check_two_ranks()
-    assert result == CheckResult("two ranks", True, "gloo on cpu, all_reduce gave 3")
+    assert result == CheckResult("ranks", True, "gloo on cpu, all_reduce gave 3")
 
 
 def test_a_launch_failure_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -135,3 +136,15 @@ def test_the_setup_notebook_runs_every_check_in_order() -> None:
     positions = [source.index(f"setup_check.{name}(") for name in checks]
     assert positions == sorted(positions)
     assert source.rstrip().endswith("print(setup_check.verdict(results))")
+
+
+def test_a_tpu_host_starts_four_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """v5e and v6e hosts run 1, 4 or 8 ranks, so two would fail with a topology error."""
+    import torch
+
+    assert setup_check.rank_count() == 2  # this machine: no accelerator
+    tpu = SimpleNamespace(type="tpu")
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda **kwargs: tpu)
+    assert setup_check.rank_count() == 4
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda **kwargs: None)
+    assert setup_check.rank_count() == 2

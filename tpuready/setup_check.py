@@ -127,29 +127,43 @@ def _sum_of_ranks(rank: int, world_size: int) -> tuple[str, str, float]:
     return dist.get_backend(), device.type, total.item()
 
 
+def rank_count() -> int:
+    """Two ranks, or four on a TPU: a v5e or v6e host runs 1, 4 or 8 ranks, never 2."""
+    import torch
+
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
+    return 4 if accelerator is not None and accelerator.type == "tpu" else 2
+
+
 def check_two_ranks(seconds: float = SMOKE_TEST_SECONDS) -> CheckResult:
-    """Start two ranks through `tpuready.launch` and all-reduce one number, as Part II does."""
+    """Start ranks through `tpuready.launch` and all-reduce one number, as Part II does."""
     from tpuready.launch import run_workers
 
+    world_size = rank_count()
     try:
         results = run_workers(
-            _sum_of_ranks, 2, timeout_seconds=seconds, startup_timeout_seconds=seconds
+            _sum_of_ranks, world_size, timeout_seconds=seconds, startup_timeout_seconds=seconds
         )
     except Exception as error:  # a check reports, it does not raise
         first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
         return CheckResult(
-            "two ranks",
+            "ranks",
             False,
             f"{type(error).__name__}: {first_line}; check that nothing blocks connections "
             "to 127.0.0.1 (a firewall or VPN client), then run the check again",
         )
-    expected = 1.0 + 2.0
+    expected = world_size * (world_size + 1) / 2  # each rank adds its rank + 1
     if any(total != expected for _, _, total in results):
         return CheckResult(
-            "two ranks", False, f"all_reduce gave {[r[2] for r in results]}, not {expected}"
+            "ranks", False, f"all_reduce gave {[r[2] for r in results]}, not {expected}"
         )
     backend, device, _ = results[0]
-    return CheckResult("two ranks", True, f"{backend} on {device}, all_reduce gave {expected:g}")
+    return CheckResult(
+        "ranks",
+        True,
+        f"{backend} on {device}, all_reduce gave {expected:g}"
+        + ("" if world_size == 2 else f" over {world_size} ranks"),
+    )
 
 
 def check_transformers() -> CheckResult:
