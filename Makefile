@@ -49,7 +49,7 @@ NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_san
 help:
 	@echo "make book       create .venv, install the pins, build the site into _build/html"
 	@echo "                TORCH=cpu takes torch from PyTorch's CPU wheel index (no CUDA libraries)"
-	@echo "make check      a learner's set-up check (about 20 s, no browser): PASS or what to fix"
+	@echo "make check      a learner's set-up check (seconds, no browser): PASS or what to fix"
 	@echo "make test       lint, unit tests, nbval over every notebook, book build, browser checks"
 	@echo "make notebooks  re-execute every notebook in place (one: make notebooks NB=notebooks/01_....ipynb)"
 	@echo "                FRESH=1 also replaces stored timing samples of unchanged cells"
