@@ -35,6 +35,11 @@ def test_a_missing_requirements_file_is_named_with_the_fix(tmp_path: Path) -> No
         setup_check.read_pins(tmp_path / "requirements.txt")
 
 
+def test_the_pins_check_reports_a_missing_requirements_file(tmp_path: Path) -> None:
+    result = setup_check.check_pins(tmp_path / "requirements.txt")
+    assert not result.passed and "--requirements" in result.detail
+
+
 def test_matching_pins_pass_and_a_build_label_counts_as_its_version(requirements: Path) -> None:
     installed = {"torch": "2.13.0+cpu", "jinja2": "3.1.6", "some-pkg-name": "1.0"}
     result = setup_check.check_pins(requirements, installed.get)
@@ -80,7 +85,7 @@ def test_the_lab_check_passes_in_this_venv() -> None:
 
 
 def test_two_ranks_all_reduce_through_the_launcher() -> None:
-    result = setup_check.check_two_ranks()
+    result = setup_check.check_ranks()
     assert result == CheckResult("ranks", True, "gloo on cpu, all_reduce gave 3")
 
 
@@ -89,7 +94,7 @@ def test_a_launch_failure_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch
         raise TimeoutError("rank 1 did not join\nmore detail")
 
     monkeypatch.setattr("tpuready.launch.run_workers", refuse)
-    result = setup_check.check_two_ranks()
+    result = setup_check.check_ranks()
     assert not result.passed
     assert result.detail.startswith("TimeoutError: rank 1 did not join;")
     assert "127.0.0.1" in result.detail
@@ -131,7 +136,7 @@ def test_the_setup_notebook_runs_every_check_in_order() -> None:
         for cell in nbformat.read(REPOSITORY / "notebooks/00_setup_check.ipynb", 4).cells
         if cell.cell_type == "code"
     )
-    checks = ["check_python", "check_pins", "check_device", "check_two_ranks"]
+    checks = ["check_python", "check_pins", "check_device", "check_ranks"]
     checks += ["check_transformers", "check_lab_myst"]
     positions = [source.index(f"setup_check.{name}(") for name in checks]
     assert positions == sorted(positions)

@@ -16,6 +16,9 @@ import nbformat
 import pytest
 from conftest import NOTEBOOK_DIR, REPOSITORY, all_notebook_paths, read_notebook
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from tpuready.setup_check import read_pins
 
 
 def _load(name: str, path: Path) -> ModuleType:
@@ -105,12 +108,8 @@ def test_the_bundle_carries_every_folder_a_notebook_imports_or_reads() -> None:
 
 
 def _pins() -> dict[str, str]:
-    pins = {}
-    for line in (REPOSITORY / "requirements.txt").read_text().splitlines():
-        if "==" in line and not line.startswith("#"):
-            name, version = line.split("#")[0].strip().split("==")
-            pins[re.sub(r"[-_.]+", "-", name).lower()] = version
-    return pins
+    """The pins by normalized name, read as the set-up check reads them."""
+    return read_pins(REPOSITORY / "requirements.txt")
 
 
 def test_the_pins_hold_every_dependency_of_every_pin() -> None:
@@ -122,7 +121,7 @@ def test_the_pins_hold_every_dependency_of_every_pin() -> None:
             parsed = Requirement(requirement)
             if parsed.marker is not None and not parsed.marker.evaluate({"extra": ""}):
                 continue
-            needed = re.sub(r"[-_.]+", "-", parsed.name).lower()
+            needed = canonicalize_name(parsed.name)
             if needed not in pins:
                 unpinned.add(f"{needed} (for {name})")
     assert unpinned == set()

@@ -1,4 +1,4 @@
-"""Check a learner's machine before a workshop: Python, the pins, the device, two ranks, a model.
+"""Check a learner's machine before a workshop: Python, the pins, the device, ranks, a model.
 
 Taught by `notebooks/00_setup_check.ipynb`, which runs each check in its own cell; `make check`
 (and the workshop bundle's `make check`) executes that notebook in a Jupyter kernel, as Lab
@@ -23,7 +23,7 @@ from pathlib import Path
 
 MINIMUM_PYTHON = (3, 11, 5)  # the oldest release the pins install on (soupsieve needs it)
 REINSTALL = "run `make venv` again (in the workshop bundle: `make venv`), then restart the kernel"
-SMOKE_TEST_SECONDS = 60.0  # two ranks start in 3-8 s on a 2-core laptop; this bounds a hang
+SMOKE_TEST_SECONDS = 60.0  # ranks start in 3-8 s on a 2-core laptop; this bounds a hang
 NOTEBOOK_SECONDS = 120  # the whole notebook, kernel start included (under 20 s on a laptop)
 # Where jupyterlab-myst puts its Lab extension inside the environment (its wheel's data files).
 MYST_LAB_EXTENSION = Path("share/jupyter/labextensions/jupyterlab-myst/package.json")
@@ -78,8 +78,9 @@ def check_python(version: Sequence[int] = tuple(sys.version_info[:3])) -> CheckR
     return CheckResult(
         "Python",
         False,
-        f"Python {shown} is older than 3.11.5: install a newer Python and build the venv "
-        "with it (make venv PYTHON_FOR_VENV=python3.12)",
+        f"Python {shown} is older than 3.11.5: install a newer Python, delete .venv (it keeps "
+        "the Python it was made with) and build it again with the new one "
+        "(rm -rf .venv && make venv PYTHON_FOR_VENV=python3.12)",
     )
 
 
@@ -87,7 +88,10 @@ def check_pins(
     requirements: Path, installed: Callable[[str], str | None] = _installed_version
 ) -> CheckResult:
     """Every pinned package is installed at its pinned version (the outputs were made with them)."""
-    pins = read_pins(requirements)
+    try:
+        pins = read_pins(requirements)
+    except FileNotFoundError as error:  # a check reports, it does not raise
+        return CheckResult("pins", False, str(error))
     wrong = []
     for name, pinned in pins.items():
         found = installed(name)
@@ -115,7 +119,7 @@ def check_device() -> CheckResult:
 
 
 def _sum_of_ranks(rank: int, world_size: int) -> tuple[str, str, float]:
-    """Worker of the two-rank check: all-reduce rank + 1 and report backend, device, sum."""
+    """Worker of the ranks check: all-reduce rank + 1 and report backend, device, sum."""
     import torch
     import torch.distributed as dist
 
@@ -135,7 +139,7 @@ def rank_count() -> int:
     return 4 if accelerator is not None and accelerator.type == "tpu" else 2
 
 
-def check_two_ranks(seconds: float = SMOKE_TEST_SECONDS) -> CheckResult:
+def check_ranks(seconds: float = SMOKE_TEST_SECONDS) -> CheckResult:
     """Start ranks through `tpuready.launch` and all-reduce one number, as Part II does."""
     from tpuready.launch import run_workers
 
@@ -227,7 +231,7 @@ def run_all(requirements: Path) -> list[CheckResult]:
         check_python(),
         check_pins(requirements),
         check_device(),
-        check_two_ranks(),
+        check_ranks(),
         check_transformers(),
         check_lab_myst(),
     ]
@@ -278,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run the importable module, not this __main__ copy: the two-rank check's spawned
+    # Run the importable module, not this __main__ copy: the ranks check's spawned
     # processes import its worker by module name.
     from tpuready.setup_check import main as importable_main
 

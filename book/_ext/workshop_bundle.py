@@ -11,7 +11,8 @@ downloaded from a chapter page cannot `import tpuready`. So, once the site is wr
   `requirements.txt`, the bundle's own Makefile and README (from `scripts/workshop_bundle/`,
   with `fill_wheelhouse.py`, which fills a wheelhouse for a platform) and the site itself.
 
-`python book/_ext/workshop_bundle.py OUTPUT_DIR` builds the same bundle outside Sphinx.
+`python book/_ext/workshop_bundle.py OUTPUT_DIR` builds the bundle outside Sphinx, without
+the site.
 """
 
 from __future__ import annotations
