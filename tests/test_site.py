@@ -250,6 +250,16 @@ WORKSHOP_PAGE = "book/workshop/index.html"
 BUNDLE_SETUP_CHECK = "notebooks/00_setup_check.ipynb"  # the bundle's `make check` runs it
 
 
+def test_until_the_repository_has_an_address_setup_offers_the_bundle(built_site: Path) -> None:
+    """_config.yml names no repository yet: no clone command, no buttons, the bundle instead."""
+    setup = "book/setup.html"
+    assert _linked(built_site, setup, ".zip") == _linked(built_site, WORKSHOP_PAGE, ".zip")
+    assert _linked(built_site, setup, ".zip").is_file()
+    html = (built_site / setup).read_text(encoding="utf-8")
+    assert "git clone" not in html
+    assert "/issues/new" not in html and "/edit/" not in html
+
+
 @pytest.fixture(scope="session")
 def unpacked_bundle(built_site: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bundle the workshop page links to, unpacked as a learner would."""
