@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,15 @@ CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 def all_notebook_paths() -> list[Path]:
     """Every notebook of the book (chapters and reference pages), sorted by name."""
     return sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+
+
+def unpadded(markdown: str) -> str:
+    """Markdown whose tables lose tabulate's column padding, so a test can look for `| a | b |`."""
+
+    def one_row(row: re.Match[str]) -> str:
+        return re.sub(r" +\|", " |", re.sub(r"-+\|", "---|", row[0]))
+
+    return re.sub(r"(?m)^\|.*$", one_row, markdown)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import sys
 from fractions import Fraction
 
 import pytest
-from conftest import REPOSITORY
+from conftest import REPOSITORY, unpadded
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -242,7 +242,7 @@ def test_module_prints_the_page() -> None:
 
 
 def test_cheat_sheet_lists_every_tpu_tile_with_its_source() -> None:
-    page = cheat_sheet_markdown()
+    page = unpadded(cheat_sheet_markdown())
     assert "\n# Hardware alignment cheat sheet\n" in page
     # The note for maintainers is a MyST comment: a reader (and a printout) never sees it.
     above_title = page.split("# Hardware alignment cheat sheet", 1)[0]
@@ -264,11 +264,11 @@ def test_cheat_sheet_follows_the_table_when_a_tile_changes(monkeypatch) -> None:
     )
     chips = tuple(changed if chip is v7 else chip for chip in hardware.all_chips())
     monkeypatch.setattr(hardware, "all_chips", lambda: chips)
-    assert f"| {v7.name} | {v7.configuration} | 512x512 |" in cheat_sheet_markdown()
+    assert f"| {v7.name} | {v7.configuration} | 512x512 |" in unpadded(cheat_sheet_markdown())
 
 
 def test_cheat_sheet_shows_each_common_dimension_with_its_utilisation() -> None:
-    page = cheat_sheet_markdown()
+    page = unpadded(cheat_sheet_markdown())
     for kind, size, example in COMMON_DIMENSIONS:
         share = streamed_utilization(size) if kind == "tokens per device" else None
         on_256 = f"{share or tile_utilization(size, 256):.2%}".replace("%", "\N{NO-BREAK SPACE}%")
@@ -292,7 +292,7 @@ def test_cheat_sheet_shows_each_common_dimension_with_its_utilisation() -> None:
 
 
 def test_cheat_sheet_lists_the_fewest_tokens_per_chip_from_each_ridge_point() -> None:
-    page = cheat_sheet_markdown()
+    page = unpadded(cheat_sheet_markdown())
     for chip in hardware.all_chips():
         if chip.matrix_unit_shape is None:
             assert f"| {chip.name} | {chip.ridge_point_flops_per_byte:,.0f} |" not in page

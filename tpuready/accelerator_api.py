@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpuready import markdown
+
 __all__ = [
     "CUDA_TO_ACCELERATOR",
     "TORCH_TPU_PUBLIC_NAMES",
@@ -270,15 +272,13 @@ def markdown_table() -> str:
     for entry in CUDA_TO_ACCELERATOR:
         if entry.note:
             note_numbers.setdefault(entry.note, len(note_numbers) + 1)
-    lines = [
-        "| CUDA-only call → portable call | The same call under `torch.tpu` in TorchTPU 0.2.0 |",
-        "|---|---|",
-    ]
+    rows = []
     for entry in CUDA_TO_ACCELERATOR:
         marker = f" (note\N{NO-BREAK SPACE}{note_numbers[entry.note]})" if entry.note else ""
-        lines.append(
-            f"| `{entry.cuda_call}` → `{entry.replacement}`{marker} | {entry.torch_tpu_status} |"
+        rows.append(
+            (f"`{entry.cuda_call}` → `{entry.replacement}`{marker}", entry.torch_tpu_status)
         )
-    lines += ["", "Notes:", ""]
+    header = ("CUDA-only call → portable call", "The same call under `torch.tpu` in TorchTPU 0.2.0")
+    lines = [markdown.table(header, rows), "", "Notes:", ""]
     lines += [f"{number}. {_sentence(note)}" for note, number in note_numbers.items()]
     return "\n".join(lines)

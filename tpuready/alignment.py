@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tpuready import hardware
+from tpuready import hardware, markdown
 from tpuready.roofline import Roofline
 from tpuready.validate import InputError, whole_number
 
@@ -311,8 +311,8 @@ RULES_OF_THUMB: tuple[tuple[str, str, str], ...] = (
 _TILES = (128, 256)
 
 
-def _tile_rows() -> list[str]:
-    rows = ["| Chip | Configuration | MXU tile | Source |", "|---|---|---|---|"]
+def _tile_table() -> str:
+    rows = []
     for chip in hardware.all_chips():
         if chip.matrix_unit_shape is None:
             cell = "—"
@@ -320,8 +320,8 @@ def _tile_rows() -> list[str]:
         else:
             cell = "x".join(map(str, chip.matrix_unit_shape))
             source = f"[{chip.vendor}]({chip.sources['matrix_unit_shape']})"
-        rows.append(f"| {chip.name} | {chip.configuration} | {cell} | {source} |")
-    return rows
+        rows.append((chip.name, chip.configuration, cell, source))
+    return markdown.table(("Chip", "Configuration", "MXU tile", "Source"), rows)
 
 
 def _percent(value: float) -> str:
@@ -372,11 +372,8 @@ def _advice(kind: str, size: int) -> str:
     return f"compiler pads to {padded:,} (same tiles); a multiple of 256 for a new model"
 
 
-def _dimension_rows() -> list[str]:
-    rows = [
-        "| Dimension | Size | Example | Held as | On a 128 MXU | On a 256 MXU | Advice |",
-        "|---|---|---|---|---|---|---|",
-    ]
+def _dimension_table() -> str:
+    rows = []
     for kind, size, example in COMMON_DIMENSIONS:
         if kind in _STREAMED_KINDS:
             held = "streamed, 8 rows"
@@ -387,11 +384,10 @@ def _dimension_rows() -> list[str]:
         else:
             held = "weight, whole tiles"
             cells = [_percent(tile_utilization(size, tile)) for tile in _TILES]
-        rows.append(
-            f"| {kind} | {size:,} | {example} | {held} | {' | '.join(cells)} | "
-            f"{_advice(kind, size)} |"
-        )
-    return rows
+        rows.append((kind, f"{size:,}", example, held, *cells, _advice(kind, size)))
+    header = ("Dimension", "Size", "Example", "Held as")
+    tiles = tuple(f"On a {tile} MXU" for tile in _TILES)
+    return markdown.table((*header, *tiles, "Advice"), rows)
 
 
 # The weights whose minimum tokens the cheat sheet lists: (label, k, n).
@@ -401,22 +397,17 @@ _TOKEN_WEIGHTS: tuple[tuple[str, int, int], ...] = (
 )
 
 
-def _token_rows() -> list[str]:
+def _token_table() -> str:
     """Per TPU: the ridge point and the fewest bf16 rows per matmul that reach it."""
-    header = " | ".join(label for label, _, _ in _TOKEN_WEIGHTS)
-    rows = [
-        f"| Chip | Ridge point (FLOPs per byte) | {header} |",
-        "|---|---|" + "---|" * len(_TOKEN_WEIGHTS),
-    ]
+    rows = []
     for chip in hardware.all_chips():
         if chip.matrix_unit_shape is None:
             continue
         line = Roofline.from_chip(chip)
         cells = [f"{line.min_tokens_for_compute_bound(k, n):,}" for _, k, n in _TOKEN_WEIGHTS]
-        rows.append(
-            f"| {chip.name} | {line.ridge_point_flops_per_byte:,.0f} | {' | '.join(cells)} |"
-        )
-    return rows
+        rows.append((chip.name, f"{line.ridge_point_flops_per_byte:,.0f}", *cells))
+    header = ("Chip", "Ridge point (FLOPs per byte)", *(label for label, _, _ in _TOKEN_WEIGHTS))
+    return markdown.table(header, rows)
 
 
 def _chips_by_tile() -> dict[int, list[str]]:
@@ -457,7 +448,7 @@ def cheat_sheet_markdown() -> str:
         "",
         "## The MXU tile of each chip",
         "",
-        *_tile_rows(),
+        _tile_table(),
         "",
         f"Figures retrieved {hardware.RETRIEVED}. NVIDIA GPUs have no single tile to align to: "
         "their tensor-core instruction shapes vary by instruction and precision.",
@@ -508,7 +499,7 @@ def cheat_sheet_markdown() -> str:
         "for Qwen3-235B-A22B (k = 8 of E = 128 experts) without expert parallelism, 16 times "
         "the expert column in tokens per device.",
         "",
-        *_token_rows(),
+        _token_table(),
         "",
         "## Common dimensions on 128 and 256 tiles",
         "",
@@ -521,7 +512,7 @@ def cheat_sheet_markdown() -> str:
         "Tokens are streamed, so their rows count in groups of 8 on every chip in a forward "
         "matmul (whole tiles in the weight-gradient matmul of training).",
         "",
-        *_dimension_rows(),
+        _dimension_table(),
         "",
         f"vLLM's TPU attention backend pads the head size of its KV cache to 128 "
         f"(`TPU_HEAD_SIZE_ALIGNMENT`, [vLLM]({_VLLM_TPU_ATTENTION})).",

@@ -34,6 +34,7 @@ from typing import Literal
 
 import torch
 
+from tpuready import markdown
 from tpuready.validate import InputError
 
 __all__ = [
@@ -904,22 +905,23 @@ def markdown_table(chips: tuple[Chip, ...] | None = None) -> str:
     """The table in human units (TFLOP/s, GB or GiB as the vendor states, GB/s) and its sources."""
     chips = CHIPS if chips is None else chips
     header = (
-        "| Chip | bf16 dense (TFLOP/s) | HBM | HBM (GB/s) | ICI or NVLink, both ways (GB/s) "
-        "| MXU | Chips per pod | Ridge (FLOP/ byte) |"
-    )
-    lines = [header, "|" + "---|" * 8]
-    for chip in chips:
-        matrix_unit = (
-            "—" if chip.matrix_unit_shape is None else "x".join(map(str, chip.matrix_unit_shape))
+        "Chip", "bf16 dense (TFLOP/s)", "HBM", "HBM (GB/s)", "ICI or NVLink, both ways (GB/s)",
+        "MXU", "Chips per pod", "Ridge (FLOP/ byte)",
+    )  # fmt: skip
+    rows = [
+        (
+            f"{chip.name} ({chip.configuration})",
+            _trimmed(chip.peak_bf16_flops_per_second / 1e12),
+            f"{_trimmed(chip.hbm_capacity_in_stated_unit)}{_NBSP}{chip.hbm_capacity_unit}",
+            _trimmed(chip.hbm_bytes_per_second / 1e9),
+            _interconnect_cell(chip),
+            "—" if chip.matrix_unit_shape is None else "x".join(map(str, chip.matrix_unit_shape)),
+            _optional(chip.chips_per_pod),
+            f"{chip.ridge_point_flops_per_byte:,.0f}",
         )
-        lines.append(
-            f"| {chip.name} ({chip.configuration}) "
-            f"| {_trimmed(chip.peak_bf16_flops_per_second / 1e12)} "
-            f"| {_trimmed(chip.hbm_capacity_in_stated_unit)}{_NBSP}{chip.hbm_capacity_unit} "
-            f"| {_trimmed(chip.hbm_bytes_per_second / 1e9)} "
-            f"| {_interconnect_cell(chip)} | {matrix_unit} | {_optional(chip.chips_per_pod)} "
-            f"| {chip.ridge_point_flops_per_byte:,.0f} |"
-        )
+        for chip in chips
+    ]
+    lines = [markdown.table(header, rows)]
     lines += [
         "",
         f"**Sources** (vendor documentation, retrieved {RETRIEVED}; the wraparound rule from "
@@ -940,21 +942,25 @@ def interconnect_markdown_table(chips: tuple[Chip, ...] | None = None) -> str:
     """The TPUs' torus facts in human units: topology, ports, one link's GB/s (derived), the
     wraparound rule and the data-centre network per chip; what `tpuready.ici` prices with."""
     chips = tuple(c for c in (CHIPS if chips is None else chips) if c.ici_topology is not None)
-    lines = [
-        "| Chip | Topology | ICI ports | One link, both ways (GB/s, derived) "
-        "| A dimension wraps around at | DCN per chip (GB/s; derived for v5e, v6e) |",
-        "|" + "---|" * 6,
-    ]
+    header = (
+        "Chip", "Topology", "ICI ports", "One link, both ways (GB/s, derived)",
+        "A dimension wraps around at", "DCN per chip (GB/s; derived for v5e, v6e)",
+    )  # fmt: skip
+    rows = []
     for chip in chips:
         link = chip.ici_link_bytes_per_second
         dcn = chip.dcn_bytes_per_second
-        lines.append(
-            f"| {chip.name} | {chip.ici_topology} | {chip.ici_ports_per_chip} "
-            f"| {'not stated' if link is None else _trimmed(link / 1e9)} "
-            f"| {_wrap_rule(chip)} "
-            f"| {'not stated' if dcn is None else _trimmed(dcn / 1e9, 3)} |"
+        rows.append(
+            (
+                chip.name,
+                chip.ici_topology,
+                chip.ici_ports_per_chip,
+                "not stated" if link is None else _trimmed(link / 1e9),
+                _wrap_rule(chip),
+                "not stated" if dcn is None else _trimmed(dcn / 1e9, 3),
+            )
         )
-    return "\n".join(lines)
+    return markdown.table(header, rows)
 
 
 def notes_markdown(chips: tuple[Chip, ...] | None = None) -> str:
