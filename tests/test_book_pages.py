@@ -199,3 +199,23 @@ def test_the_environment_page_lists_every_variable_the_notebooks_run_under() -> 
     variables = set(re.findall(r"\b([A-Z][A-Z0-9_]+)=", conditions)) - {"PYTHONPATH"}
     page = (REPOSITORY / "book" / "reference" / "environment-variables.md").read_text()
     assert variables and {name for name in variables if f"`{name}" not in page} == set()
+
+
+HANDOUT_I = REPOSITORY / "book" / "workshop" / "handouts" / "part1-device-agnostic.md"
+
+
+def _call(code: str) -> str:
+    """A call without its arguments: `torch.manual_seed(s)` reads `torch.manual_seed()`."""
+    return re.sub(r"\(.*\)$", "()", code)
+
+
+def test_handout_one_gives_the_replacements_the_reference_map_gives() -> None:
+    """The handout's short table is written for one page; its torch.cuda rows must still say
+    what tpuready.accelerator_api (and the generated reference page) says."""
+    from tpuready.accelerator_api import CUDA_TO_ACCELERATOR
+
+    portable = {_call(entry.cuda_call): _call(entry.replacement) for entry in CUDA_TO_ACCELERATOR}
+    rows = re.findall(r"^\| `(torch\.cuda\.[^`]+)` \| `([^`]+)`", HANDOUT_I.read_text(), re.M)
+    assert len(rows) >= 4
+    for cuda_call, written in rows:
+        assert _call(written) == portable[_call(cuda_call)], cuda_call

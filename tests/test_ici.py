@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import pytest
+from conftest import unpadded
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpuready.hardware import get_chip
+from tpuready.hardware import all_chips, get_chip
 from tpuready.ici import (
     COLLECTIVES,
+    REDISTRIBUTIONS,
     AxisLayout,
     IciModelError,
     TorusPiece,
@@ -19,6 +22,8 @@ from tpuready.ici import (
     collective_seconds,
     default_slice_shape,
     layout_mesh,
+    redistribution_markdown,
+    ring_times_markdown,
 )
 
 GIB = 2**30
@@ -261,3 +266,43 @@ def test_default_slice_shape_holds_every_chip(chip, chips):
 def test_bad_input_fails_naming_the_value(call, match):
     with pytest.raises(IciModelError, match=match):
         call()
+
+
+# --- the reference page's tables ------------------------------------------------------------
+
+
+def _tex_to_python(formula: str) -> str:
+    """`2 \\frac{N-1}{N} B` as `2 * ((N-1)/(N)) * B`: enough TeX for the page's formulas."""
+    formula = formula.strip("$")
+    formula = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"((\1)/(\2))", formula)
+    return re.sub(r"\s+", " * ", formula.strip()).replace("^", "**")
+
+
+@given(st.integers(min_value=1, max_value=4096), st.floats(min_value=0, max_value=1e12))
+def test_the_page_shows_the_bytes_formula_that_bytes_received_computes(n: int, b: float) -> None:
+    rows = unpadded(redistribution_markdown()).splitlines()[2:]
+    assert [row.split(" | ")[1] for row in rows] == [kind for *_, kind in REDISTRIBUTIONS]
+    for row in rows:
+        kind, formula = row.strip("| ").split(" | ")[1:]
+        shown = eval(_tex_to_python(formula), {"N": n, "B": b})
+        assert math.isclose(shown, bytes_received(kind, b, n), rel_tol=1e-12, abs_tol=1e-9)
+
+
+def test_ring_times_are_the_models_and_a_line_takes_twice_a_ring() -> None:
+    rows = [row.strip("| ").split(" | ") for row in unpadded(ring_times_markdown()).splitlines()]
+    by_chip = {row[0]: row[1:] for row in rows[2:]}
+    priced = [c.name for c in all_chips() if c.ici_topology and c.ici_link_bytes_per_second]
+    assert list(by_chip) == priced and "TPU v4" not in by_chip  # v4 states no link figure
+    v5e = get_chip("v5e")
+    axis = ring(16, link=v5e.ici_link_bytes_per_second)
+    link, gather, reduce, to_all, line = by_chip[v5e.name]
+    assert link == "100"
+    assert gather == f"{collective_seconds('all-gather', GIB, axis) * 1e3:.2f}"
+    assert to_all == f"{collective_seconds('all-to-all', GIB, axis) * 1e3:.2f}"
+    assert reduce == line
+    assert math.isclose(float(line), 2 * float(gather), abs_tol=0.015)  # each to 0.005
+
+
+def test_ring_times_refuse_a_count_that_is_not_chips() -> None:
+    with pytest.raises(IciModelError, match="chips"):
+        ring_times_markdown(chips=0)

@@ -37,14 +37,16 @@ crosses the data-centre network: each chip sends over its share of the hosts' ne
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from tpuready import hardware, markdown
 from tpuready.hardware import Chip, as_chip
 from tpuready.validate import InputError, number, one_of, whole_number
 
 __all__ = [
     "COLLECTIVES",
+    "REDISTRIBUTIONS",
     "AxisLayout",
     "IciModelError",
     "TorusPiece",
@@ -52,6 +54,8 @@ __all__ = [
     "collective_seconds",
     "default_slice_shape",
     "layout_mesh",
+    "redistribution_markdown",
+    "ring_times_markdown",
 ]
 
 COLLECTIVES: tuple[str, ...] = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all")
@@ -222,13 +226,65 @@ def bytes_received(kind: str, total_bytes: float, group_size: int) -> float:
     n = whole_number(
         "group_size", group_size, fix="pass the ranks of the group", error=IciModelError
     )
-    factor = {
-        "all-gather": (n - 1) / n,
-        "reduce-scatter": (n - 1) / n,
-        "all-reduce": 2 * (n - 1) / n,
-        "all-to-all": (n - 1) / n**2,
-    }[kind]
-    return factor * total
+    return _RECEIVED[kind][0](n) * total
+
+
+# Per collective: the share of the whole array each of n ranks receives, and the same as TeX.
+_RECEIVED: dict[str, tuple[Callable[[int], float], str]] = {
+    "all-gather": (lambda n: (n - 1) / n, r"\frac{N-1}{N} B"),
+    "reduce-scatter": (lambda n: (n - 1) / n, r"\frac{N-1}{N} B"),
+    "all-reduce": (lambda n: 2 * (n - 1) / n, r"2 \frac{N-1}{N} B"),
+    "all-to-all": (lambda n: (n - 1) / n**2, r"\frac{N-1}{N^2} B"),
+}
+
+REDISTRIBUTIONS: tuple[tuple[str, str, str], ...] = (
+    ("Shard(d)", "Replicate()", "all-gather"),
+    ("Partial()", "Shard(d)", "reduce-scatter"),
+    ("Partial()", "Replicate()", "all-reduce"),
+    ("Shard(i)", "Shard(j)", "all-to-all"),
+)
+"""A placement change on one mesh axis and the collective it costs (chapter 5, step 4)."""
+
+
+def redistribution_markdown() -> str:
+    """Each placement change with its collective and the bytes each rank receives, as a table;
+    the formulas are the ones `bytes_received` computes."""
+    rows = [
+        (f"`{old}` → `{new}`", kind, f"${_RECEIVED[kind][1]}$")
+        for old, new, kind in REDISTRIBUTIONS
+    ]
+    return markdown.table(
+        ("From → to, on one axis", "Collective", "Bytes each rank receives"), rows
+    )
+
+
+def ring_times_markdown(total_bytes: float = 2**30, chips: int = 16) -> str:
+    """Milliseconds for each collective of `total_bytes` over `chips` chips of one torus
+    dimension, as a ring (with the wraparound link) and as a line, on every TPU with a link
+    figure: `collective_seconds` on the hardware table."""
+    total = _check_bytes(total_bytes)
+    size = whole_number("chips", chips, fix="pass the chips of the axis", error=IciModelError)
+    columns = [
+        ("all-gather", True),
+        ("all-reduce", True),
+        ("all-to-all", True),
+        ("all-gather", False),
+    ]
+    rows = []
+    for chip in hardware.all_chips():
+        link = chip.ici_link_bytes_per_second
+        if chip.ici_topology is None or link is None:
+            continue
+        times = [
+            collective_seconds(kind, total, AxisLayout((TorusPiece(size, wraps),), link))
+            for kind, wraps in columns
+        ]
+        rows.append((chip.name, f"{link / 1e9:g}", *(f"{t * 1e3:.2f}" for t in times)))
+    header = (
+        "Chip", "One link, both ways (GB/s)", "All-gather or reduce-scatter, ring (ms)",
+        "All-reduce, ring (ms)", "All-to-all, ring (ms)", "All-gather, line (ms)",
+    )  # fmt: skip
+    return markdown.table(header, rows)
 
 
 def _resolve(chip: Chip | str) -> Chip:
