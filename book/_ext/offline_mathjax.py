@@ -2,9 +2,13 @@
 
 Sphinx loads MathJax 3 from a CDN by default: a reader without a network (a workshop room, a
 plane) then sees raw TeX. The pinned PyPI package `sphinx-mathjax-offline` ships MathJax 3.2.2
-(Apache-2.0); this extension copies its entry script and the components that script loads on
-demand (TeX input, CommonHTML output and fonts, menu, accessibility) into `_static/mathjax/`
-and points `mathjax_path` there.
+(Apache-2.0) and its own Sphinx extension, which copies the whole folder (24 MB) into every
+site. This one keeps the package's files and its `mathjax_path` and adds only two things:
+it copies the entry script and the components that script loads on demand (TeX input,
+CommonHTML output and fonts, menu, accessibility: 9.4 MB, which the offline workshop bundle
+carries), leaving out the package's 13 other top-level scripts (other combinations of input and
+output, and pieces that tex-chtml.js already holds); and it stops the build at
+its start, with the fix, when the package is missing, instead of after it.
 """
 
 from __future__ import annotations
