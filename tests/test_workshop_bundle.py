@@ -81,11 +81,63 @@ def test_the_source_notebook_is_left_unchanged() -> None:
     assert "{glue:text}" in notebook.cells[2].source
 
 
+BIB = """
+@misc{one2019, author = {Yang, Edward}, title = {A}, year = {2019}, url = {https://a.example/}}
+@misc{two2026, author = {Google and Meta}, title = {B}, year = {2026}}
+@misc{many2021, author = {Krell, Mario and Kosec, Matej and Perez, Sergio}, title = {C},
+  year = {2021}, url = {https://c.example/}}
+@misc{some2022, author = {Chowdhery, Aakanksha and others}, title = {D}, year = {2022}}
+@misc{org, author = {{Google Cloud}}, title = {E}, url = {https://e.example/}}
+"""
+
+
+@pytest.fixture
+def references(tmp_path: Path) -> dict:
+    bibfile = tmp_path / "references.bib"
+    bibfile.write_text(BIB)
+    return bundle.read_references(bibfile)
+
+
+@pytest.mark.parametrize(
+    ("markdown", "expected"),
+    [
+        ("{cite:t}`one2019` wrote", "[Yang (2019)](https://a.example/) wrote"),
+        ("as shown {cite:p}`one2019`.", "as shown ([Yang, 2019](https://a.example/))."),
+        ("{cite:t}`two2026`", "Google and Meta (2026)"),
+        ("{cite:t}`many2021`", "[Krell et al. (2021)](https://c.example/)"),
+        ("{cite:p}`some2022`", "(Chowdhery et al., 2022)"),
+        ("{cite:p}`org`", "([Google Cloud, n.d.](https://e.example/))"),
+        (
+            "{cite:p}`one2019, some2022`",
+            "([Yang, 2019](https://a.example/); Chowdhery et al., 2022)",
+        ),
+    ],
+)
+def test_citations_become_author_and_year_linked_to_the_work(
+    references: dict, markdown: str, expected: str
+) -> None:
+    # As the site writes them (sphinxcontrib-bibtex, author_year_round): "et al." from three
+    # authors or "others", an organisation as it is written, "n.d." with no year.
+    assert bundle.render_citations(markdown, references, "ch00.ipynb") == expected
+
+
+def test_a_citation_without_an_entry_names_the_key_and_the_file(references: dict) -> None:
+    with pytest.raises(KeyError, match=r"ch00\.ipynb.*nobody2020.*references\.bib"):
+        bundle.render_citations("{cite:t}`nobody2020`", references, "ch00.ipynb")
+
+
+def test_glossary_terms_become_the_text_the_site_shows() -> None:
+    markdown = "the {term}`MXU`, four {term}`ranks <rank>` and {term}`tensor\nparallelism <TP>`"
+    assert bundle.render_terms(markdown) == "the MXU, four ranks and tensor\nparallelism"
+
+
 @pytest.mark.parametrize("path", all_notebook_paths(), ids=lambda path: path.name)
 def test_every_learner_notebook_shows_numbers_not_keys(path: Path) -> None:
     learner = bundle.learner_notebook(read_notebook(path), path.name)
     markdown = "\n".join(cell.source for cell in learner.cells if cell.cell_type == "markdown")
     assert "{glue" not in markdown
+    # Lab shows a citation as its key, "Citation Not Found", and a term as a link to nowhere.
+    assert "{cite" not in markdown and "{term}" not in markdown
     nbformat.validate(learner)
 
 
