@@ -1,0 +1,150 @@
+"""tpuready.serving: the bucket lists tpu-inference 0.32.0 builds, and what they compile.
+
+The worked examples are the ones its wheel's own functions give (read and run by hand from
+`tpu_inference/runner/utils.py`; the package is not installed here); the properties hold for
+any setting.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tpuready.serving import (
+    MIN_NUM_SEQS,
+    EngineBuckets,
+    ServingBucketError,
+    attention_request_buckets,
+    request_buckets,
+    token_buckets,
+)
+
+POWERS_TO_16384 = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+@pytest.mark.parametrize(
+    ("budget", "expected"),
+    [
+        (512, POWERS_TO_16384[:6]),
+        (8192, POWERS_TO_16384[:10]),
+        (16384, POWERS_TO_16384),
+        (16640, (*POWERS_TO_16384, 16640)),  # the budget, not 32768, is the last bucket
+        (5000, (*POWERS_TO_16384[:9], 5008)),  # the budget rounded up to a multiple of 16
+        (10, (16,)),
+    ],
+)
+def test_token_buckets_double_from_16_and_end_at_the_budget(budget: int, expected) -> None:
+    assert token_buckets(budget) == expected
+
+
+def test_a_padding_gap_stops_the_doubling_and_steps_by_the_gap() -> None:
+    buckets = token_buckets(8192, padding_gap=512)
+    assert buckets[:6] == (16, 32, 64, 128, 256, 512)
+    assert buckets[6:] == tuple(range(1024, 8193, 512))
+    assert len(buckets) == 21
+
+
+def test_compilation_sizes_are_added_as_given() -> None:
+    assert token_buckets(512, compilation_sizes=[48, 512, 700]) == (
+        16, 32, 48, 64, 128, 256, 512, 700,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("max_num_seqs", "expected"),
+    [(256, (8, 16, 32, 64, 128, 256)), (100, (8, 16, 32, 64, 100)), (1, (8,)), (8, (8,))],
+)
+def test_request_buckets_double_from_8_and_end_at_max_num_seqs(max_num_seqs, expected) -> None:
+    assert request_buckets(max_num_seqs) == expected
+
+
+def test_attention_compiles_one_request_shape_unless_bucketized() -> None:
+    assert attention_request_buckets(256) == (256,)
+    assert attention_request_buckets(4) == (4,)  # attention takes max_num_seqs as it is
+    assert attention_request_buckets(256, bucketized=True) == request_buckets(256)
+    assert attention_request_buckets(256, bucketized=True, custom=[64, 8, 64]) == (8, 64, 256)
+    assert attention_request_buckets(256, custom=[64]) == (256,)  # custom needs bucketized
+
+
+@given(
+    budget=st.integers(min_value=1, max_value=70_000),
+    smallest=st.sampled_from([1, 2, 4, 8, 16, 32, 64]),
+    gap=st.sampled_from([0, 0, 16, 100, 512, 1000]),
+)
+def test_every_step_up_to_the_budget_has_a_bucket_that_never_passes_the_rounded_budget(
+    budget: int, smallest: int, gap: int
+) -> None:
+    buckets = token_buckets(budget, min_bucket=smallest, padding_gap=gap)
+    rounded = math.ceil(budget / smallest) * smallest
+    assert list(buckets) == sorted(set(buckets))
+    assert buckets[-1] == rounded
+    if gap == 0 or gap >= smallest:  # a gap below the smallest bucket starts under it
+        assert buckets[0] == min(smallest, rounded)
+    if gap == 0:  # powers of two, then the budget
+        assert all(size & (size - 1) == 0 for size in buckets[:-1])
+    else:  # above the gap, buckets step by the gap until the rounded budget ends them
+        above = [size for size in buckets if size > gap][:-1]
+        assert all(b - a == gap for a, b in itertools.pairwise(above))
+
+
+@given(st.integers(min_value=1, max_value=5000))
+def test_request_buckets_cover_every_request_count(max_num_seqs: int) -> None:
+    buckets = request_buckets(max_num_seqs)
+    assert buckets[0] == MIN_NUM_SEQS and buckets[-1] == max(max_num_seqs, MIN_NUM_SEQS)
+    assert all(b == 2 * a for a, b in itertools.pairwise(buckets[:-1]))
+
+
+def test_an_engine_compiles_a_model_graph_per_token_bucket_by_default() -> None:
+    engine = EngineBuckets.from_settings(max_num_batched_tokens=16384, max_num_seqs=256)
+    assert engine.compiled_graphs() == {"model": 11, "logits": 6, "sampling": 24}
+    bucketized = EngineBuckets.from_settings(16384, 256, {"ATTN_BUCKETIZED_NUM_REQS": "1"})
+    assert bucketized.compiled_graphs()["model"] == 11 * 6
+
+
+def test_environment_variables_change_the_buckets_as_the_engine_reads_them() -> None:
+    engine = EngineBuckets.from_settings(
+        8192,
+        64,
+        {
+            "MIN_TOKEN_BUCKET": "64",
+            "VLLM_TPU_BUCKET_PADDING_GAP": "2048",
+            "ATTN_BUCKETIZED_NUM_REQS": "True",
+            "ATTN_CUSTOM_NUM_REQS_BUCKETS": "8, 32",
+        },
+    )
+    assert engine.tokens == (64, 128, 256, 512, 1024, 2048, 4096, 6144, 8192)
+    assert engine.attention_requests == (8, 32, 64)
+    unset = EngineBuckets.from_settings(8192, 64, {"MIN_TOKEN_BUCKET": ""})  # `or "16"`
+    assert unset.tokens[0] == 16
+
+
+@pytest.mark.parametrize(
+    ("environment", "named"),
+    [
+        ({"MIN_TOKEN_BUCKET": "24"}, "power of two, got 24"),
+        ({"MIN_TOKEN_BUCKET": "sixteen"}, "MIN_TOKEN_BUCKET='sixteen'"),
+        ({"VLLM_TPU_BUCKET_PADDING_GAP": "-8"}, "got -8"),
+        ({"VLLM_TPU_BUCKET_PADDING_GAP": ""}, "VLLM_TPU_BUCKET_PADDING_GAP=''"),
+        ({"ATTN_BUCKETIZED_NUM_REQS": "yes"}, "ATTN_BUCKETIZED_NUM_REQS='yes'"),
+        ({"ATTN_BUCKETIZED_NUM_REQS": " 1"}, "ATTN_BUCKETIZED_NUM_REQS=' 1'"),
+        ({"ATTN_CUSTOM_NUM_REQS_BUCKETS": "8;32"}, "'8;32'"),
+    ],
+)
+def test_a_setting_the_engine_refuses_is_named_with_its_value(environment, named) -> None:
+    with pytest.raises(ServingBucketError, match=named):
+        EngineBuckets.from_settings(8192, 64, environment)
+
+
+def test_a_step_runs_at_the_first_bucket_at_or_above_each_count() -> None:
+    engine = EngineBuckets.from_settings(16640, 256)
+    assert engine.padded_step(1, 1) == (16, 8)  # one decode token
+    assert engine.padded_step(200, 100) == (256, 128)
+    assert engine.padded_step(16500, 3) == (16640, 8)  # a chunked prefill at the budget
+    with pytest.raises(ServingBucketError, match="above the largest bucket, 16640"):
+        engine.padded_step(20000, 8)
+    with pytest.raises(ServingBucketError, match="9 requests cannot share 4 tokens"):
+        engine.padded_step(4, 9)

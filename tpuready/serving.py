@@ -1,0 +1,258 @@
+"""The shapes a TPU serving engine compiles: vLLM's token and request buckets, modelled.
+
+A TPU compiles one program per input shape, so vLLM's TPU runner pads each step's scheduled
+tokens and its number of requests up to a few bucket sizes and compiles every bucket at start-up.
+This module rebuilds those bucket lists, in our own code, from the rules of the released
+`tpu-inference` 0.32.0 package (the runner that `vllm-tpu` 0.32.0 installs; vLLM-TorchTPU
+0.29.0 follows the same scheme), so a reader can count the graphs an engine will compile and the
+padding a request stream will pay without a TPU:
+
+- Token buckets (`tpu_inference/runner/utils.py`, `build_token_paddings`): powers of two from
+  `MIN_TOKEN_BUCKET` (16) up to the step's token budget, `max_num_batched_tokens`, and the budget
+  itself (rounded up to a multiple of the smallest bucket), so no step is padded past the budget.
+  With `VLLM_TPU_BUCKET_PADDING_GAP=g` the doubling stops at `g` and the buckets then grow by `g`.
+  Sizes given as `additional_config={"compilation_sizes": [...]}` are added as they are.
+- Request buckets (`get_req_paddings`): powers of two from 8 (`MIN_NUM_SEQS`) up to
+  `max_num_seqs`, which is always the last; they shape sampling and the logits.
+- Attention request buckets (`get_attn_req_paddings`): only `max_num_seqs` by default;
+  `ATTN_BUCKETIZED_NUM_REQS=1` uses the request buckets, `ATTN_CUSTOM_NUM_REQS_BUCKETS=a,b` a list
+  of its own (with `max_num_seqs` added).
+- Precompilation (`runner/compilation_manager.py`): one model graph per token bucket and
+  attention request bucket, one logits graph per request bucket and four sampling graphs per
+  request bucket (with and without sampling, with and without log-probabilities). Prefill and
+  decode share the model graphs: the ragged paged attention kernel splits a mixed batch at run
+  time. Smaller helper graphs (gathers, structured decoding) are not counted here.
+
+The model is for one data-parallel rank (`dp_size` 1). Read from the wheels, not run on a TPU:
+a later release may change any of it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from tpuready.validate import InputError, whole_number
+
+__all__ = [
+    "MIN_NUM_SEQS",
+    "MIN_TOKEN_BUCKET",
+    "EngineBuckets",
+    "ServingBucketError",
+    "attention_request_buckets",
+    "request_buckets",
+    "token_buckets",
+]
+
+MIN_TOKEN_BUCKET = 16
+"""tpu-inference 0.32.0's default smallest token bucket (`MIN_TOKEN_BUCKET`, envs.py)."""
+
+MIN_NUM_SEQS = 8
+"""tpu-inference 0.32.0's smallest request bucket (`MIN_NUM_SEQS`, runner/utils.py)."""
+
+SAMPLING_GRAPHS_PER_REQUEST_BUCKET = 4
+"""Sampling compiles with and without sampling, each with and without log-probabilities."""
+
+
+class ServingBucketError(InputError):
+    """A bucket setting the engine would refuse or cannot use; the message names the value."""
+
+
+def _power_of_two(name: str, value: object, fix: str) -> int:
+    number = whole_number(name, value, fix=fix, error=ServingBucketError)
+    if number & (number - 1):
+        raise ServingBucketError(f"{name} must be a power of two, got {number}: {fix}")
+    return number
+
+
+def token_buckets(
+    max_num_batched_tokens: int,
+    *,
+    min_bucket: int = MIN_TOKEN_BUCKET,
+    padding_gap: int = 0,
+    compilation_sizes: Iterable[int] = (),
+) -> tuple[int, ...]:
+    """The token counts a step is padded to, smallest first, as tpu-inference 0.32.0 builds them
+    from the budget, `MIN_TOKEN_BUCKET`, `VLLM_TPU_BUCKET_PADDING_GAP` and `compilation_sizes`."""
+    budget_in = whole_number(
+        "max_num_batched_tokens",
+        max_num_batched_tokens,
+        fix="pass the engine's --max-num-batched-tokens",
+        error=ServingBucketError,
+    )
+    smallest = _power_of_two(
+        "min_bucket (MIN_TOKEN_BUCKET)", min_bucket, "the engine asserts it; 16 is the default"
+    )
+    gap = whole_number(
+        "padding_gap (VLLM_TPU_BUCKET_PADDING_GAP)",
+        padding_gap,
+        fix="0 for powers of two, or the step between buckets",
+        minimum=0,
+        error=ServingBucketError,
+    )
+    extra = {
+        whole_number(
+            "compilation_sizes entry", size, fix="list token counts", error=ServingBucketError
+        )
+        for size in compilation_sizes
+    }
+    generated = []
+    size = smallest
+    if gap == 0:
+        while True:
+            generated.append(size)
+            if size >= budget_in:
+                break
+            size *= 2
+    else:
+        while size <= gap:
+            generated.append(size)
+            size *= 2
+        size //= 2
+        while size < budget_in:
+            size += gap
+            generated.append(size)
+    budget = -(-budget_in // smallest) * smallest  # rounded up to a multiple of the smallest
+    return tuple(sorted({s for s in generated if s <= budget} | {budget} | extra))
+
+
+def _request_ladder(most: int) -> list[int]:
+    """Powers of two from 8, capped at `most`, which ends the list (tpu-inference's
+    `get_req_paddings` with the smallest bucket at 8); empty when `most` is below 8."""
+    ladder: list[int] = []
+    size = MIN_NUM_SEQS
+    while size <= most and (not ladder or ladder[-1] != size):
+        ladder.append(size)
+        size = min(1 << size.bit_length(), most)  # the next power of two, capped
+    return ladder
+
+
+def _max_num_seqs(value: object) -> int:
+    return whole_number(
+        "max_num_seqs", value, fix="pass the engine's --max-num-seqs", error=ServingBucketError
+    )
+
+
+def request_buckets(max_num_seqs: int) -> tuple[int, ...]:
+    """The request counts a step is padded to for sampling and the logits: powers of two from 8
+    up to `max(max_num_seqs, 8)`, which is always the last."""
+    return tuple(_request_ladder(max(_max_num_seqs(max_num_seqs), MIN_NUM_SEQS)))
+
+
+def attention_request_buckets(
+    max_num_seqs: int, *, bucketized: bool = False, custom: Sequence[int] = ()
+) -> tuple[int, ...]:
+    """The request counts attention compiles for: `max_num_seqs` alone by default; with
+    `ATTN_BUCKETIZED_NUM_REQS=1`, powers of two from 8 or the `custom` list
+    (`ATTN_CUSTOM_NUM_REQS_BUCKETS`, read only then), with `max_num_seqs` always added. A size
+    listed twice counts once."""
+    most = _max_num_seqs(max_num_seqs)
+    if not bucketized:
+        return (most,)
+    sizes = {
+        whole_number(
+            "ATTN_CUSTOM_NUM_REQS_BUCKETS entry",
+            size,
+            fix="list request counts, such as 8,64",
+            error=ServingBucketError,
+        )
+        for size in custom
+    }
+    return tuple(sorted((sizes or set(_request_ladder(most))) | {most}))
+
+
+def _bucket_above(buckets: Sequence[int], count: int, what: str) -> int:
+    index = bisect.bisect_left(buckets, count)
+    if index == len(buckets):
+        raise ServingBucketError(
+            f"a step of {count} {what} is above the largest bucket, {buckets[-1]}: the engine's "
+            "scheduler never schedules more than its budget"
+        )
+    return buckets[index]
+
+
+@dataclass(frozen=True)
+class EngineBuckets:
+    """Every bucket list of one engine configuration, and what it compiles."""
+
+    tokens: tuple[int, ...]
+    requests: tuple[int, ...]
+    attention_requests: tuple[int, ...]
+
+    @classmethod
+    def from_settings(
+        cls,
+        max_num_batched_tokens: int,
+        max_num_seqs: int,
+        environment: Mapping[str, str] | None = None,
+        compilation_sizes: Iterable[int] = (),
+    ) -> EngineBuckets:
+        """The buckets an engine started with these flags and environment variables builds."""
+        env = dict(environment or {})
+
+        def integer(name: str, default: int, *, empty_is_default: bool) -> int:
+            text = env.get(name)
+            if text is None or (empty_is_default and text == ""):
+                return default
+            try:
+                return int(text)
+            except ValueError:
+                raise ServingBucketError(
+                    f"{name}={text!r} is not an integer: the engine reads it with int()"
+                ) from None
+
+        bucketized = env.get("ATTN_BUCKETIZED_NUM_REQS", "")
+        if bucketized.lower() not in ("", "0", "1", "true", "false"):
+            raise ServingBucketError(
+                f"ATTN_BUCKETIZED_NUM_REQS={bucketized!r}: the engine accepts 0, 1, true or "
+                "false (any case)"
+            )
+        custom_text = env.get("ATTN_CUSTOM_NUM_REQS_BUCKETS", "")
+        try:
+            custom = [int(part.strip()) for part in custom_text.split(",")] if custom_text else []
+        except ValueError:
+            raise ServingBucketError(
+                f"ATTN_CUSTOM_NUM_REQS_BUCKETS={custom_text!r}: give integers separated by "
+                "commas, such as 8,64"
+            ) from None
+        return cls(
+            tokens=token_buckets(
+                max_num_batched_tokens,
+                # The engine reads `os.getenv("MIN_TOKEN_BUCKET") or "16"` but
+                # `int(os.getenv("VLLM_TPU_BUCKET_PADDING_GAP", "0"))`: empty differs.
+                min_bucket=integer("MIN_TOKEN_BUCKET", MIN_TOKEN_BUCKET, empty_is_default=True),
+                padding_gap=integer("VLLM_TPU_BUCKET_PADDING_GAP", 0, empty_is_default=False),
+                compilation_sizes=compilation_sizes,
+            ),
+            requests=request_buckets(max_num_seqs),
+            attention_requests=attention_request_buckets(
+                max_num_seqs, bucketized=bucketized.lower() in ("1", "true"), custom=custom
+            ),
+        )
+
+    def compiled_graphs(self) -> dict[str, int]:
+        """How many graphs precompilation builds, by kind: the model (one per token and
+        attention request bucket), the logits (one per request bucket) and sampling (four per
+        request bucket)."""
+        return {
+            "model": len(self.tokens) * len(self.attention_requests),
+            "logits": len(self.requests),
+            "sampling": SAMPLING_GRAPHS_PER_REQUEST_BUCKET * len(self.requests),
+        }
+
+    def padded_step(self, num_tokens: int, num_requests: int) -> tuple[int, int]:
+        """The (tokens, requests) shape a step of `num_tokens` scheduled tokens from
+        `num_requests` requests runs as: each padded to its first bucket at or above it
+        (tpu-inference's `get_padded_token_len`)."""
+        tokens = whole_number("num_tokens", num_tokens, fix="count the step's tokens")
+        requests = whole_number("num_requests", num_requests, fix="count the step's requests")
+        if requests > tokens:
+            raise ServingBucketError(
+                f"{requests} requests cannot share {tokens} tokens: each scheduled request has "
+                "at least one token in the step"
+            )
+        return (
+            _bucket_above(self.tokens, tokens, "tokens"),
+            _bucket_above(self.requests, requests, "requests"),
+        )
