@@ -1,0 +1,125 @@
+"""tpuready.inference: KV-cache bytes, sequences that fit, and the decode roofline."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tpuready.hardware import get_chip
+from tpuready.inference import (
+    TPU_HEAD_DIM_MULTIPLE,
+    decode_step,
+    experts_touched,
+    kv_bytes_per_token,
+    max_concurrent_sequences,
+    weight_bytes_read,
+)
+from tpuready.plan import HBM_HEADROOM, ModelConfig
+from tpuready.validate import InputError
+
+# LLaMA-2 13B as the Scaling Book's inference chapter sizes it (40 layers and heads, no GQA).
+LLAMA2_13B = ModelConfig(
+    name="llama-2-13b", num_layers=40, hidden_size=5120, num_heads=40, num_kv_heads=40,
+    head_dim=128, num_experts=1, experts_per_token=1, expert_ffn_size=13824, vocab_size=32000,
+)  # fmt: skip
+# Qwen3-235B-A22B from its config.json (chapter 9's model).
+QWEN3_235B = ModelConfig(
+    name="qwen3-235b-a22b", num_layers=94, hidden_size=4096, num_heads=64, num_kv_heads=4,
+    head_dim=128, num_experts=128, experts_per_token=8, expert_ffn_size=1536,
+    vocab_size=151936,
+)  # fmt: skip
+
+
+def test_kv_bytes_per_token_is_keys_and_values_per_layer_and_kv_head() -> None:
+    assert kv_bytes_per_token(LLAMA2_13B) == 2 * 40 * 40 * 128 * 2  # 819,200 bytes
+    assert kv_bytes_per_token(QWEN3_235B) == 2 * 94 * 4 * 128 * 2  # GQA: 4 KV heads of 64
+    assert kv_bytes_per_token(QWEN3_235B, bytes_per_value=1) == 2 * 94 * 4 * 128
+
+
+def test_a_tpu_kv_cache_stores_a_head_dim_of_64_as_128() -> None:
+    small = ModelConfig("small", 2, 256, 4, 2, 64, 1, 1, 512, 1000)
+    assert kv_bytes_per_token(small) == 2 * 2 * 2 * 64 * 2
+    assert kv_bytes_per_token(small, head_dim_multiple=TPU_HEAD_DIM_MULTIPLE) == 2 * 2 * 2 * 128 * 2
+
+
+# The Scaling Book's table for LLaMA-2 13B on 8 TPU v5e at 8,192 tokens of context: step time
+# (ms) and tokens/s by batch. It rounds the pod's figures (1,600 TFLOP/s, 6.5 TiB/s); this
+# module uses the hardware table's v5e, so the two agree to within 1 %.
+SCALING_BOOK_LLAMA = {1: (4.98, 200.61), 8: (12.13, 659.30), 16: (20.30, 787.99),
+                      32: (36.65, 873.21), 64: (69.33, 923.13), 240: (249.09, 963.53)}  # fmt: skip
+
+
+@pytest.mark.parametrize("batch", SCALING_BOOK_LLAMA)
+def test_the_decode_roofline_reproduces_the_scaling_books_llama_table(batch: int) -> None:
+    step = decode_step(LLAMA2_13B, "v5e", batch, 8192, chips=8, head_dim_multiple=1)
+    milliseconds, tokens_per_second = SCALING_BOOK_LLAMA[batch]
+    assert math.isclose(step.seconds * 1e3, milliseconds, rel_tol=0.01)
+    assert math.isclose(step.tokens_per_second, tokens_per_second, rel_tol=0.01)
+    assert step.bound == "memory"  # the KV reads dominate long before the ridge point
+
+
+def test_decode_turns_compute_bound_near_the_ridge_point_when_the_kv_cache_is_small() -> None:
+    v5e = get_chip("v5e")
+    ridge = v5e.peak_bf16_flops_per_second / v5e.hbm_bytes_per_second  # about 240
+    weights_over_flops = LLAMA2_13B.total_params / LLAMA2_13B.active_matmul_params
+    turn = ridge * weights_over_flops  # 2 bytes a weight over 2 FLOPs a weight and token
+    assert decode_step(LLAMA2_13B, v5e, math.floor(turn), 1).bound == "memory"
+    assert decode_step(LLAMA2_13B, v5e, math.ceil(turn) + 1, 1).bound == "compute"
+
+
+@given(st.integers(min_value=1, max_value=100_000))
+def test_a_batch_touches_between_k_and_all_experts_and_more_with_more_tokens(tokens: int) -> None:
+    touched = experts_touched(QWEN3_235B, tokens)
+    assert 8 - 1e-9 <= touched <= 128
+    assert experts_touched(QWEN3_235B, tokens + 1) >= touched
+    assert experts_touched(LLAMA2_13B, tokens) == 1  # a dense model is one expert, always used
+
+
+def test_one_token_reads_the_active_weights_and_a_large_batch_reads_them_all() -> None:
+    assert weight_bytes_read(QWEN3_235B, 1) == pytest.approx(2 * QWEN3_235B.active_params)
+    assert weight_bytes_read(QWEN3_235B, 100_000) == pytest.approx(2 * QWEN3_235B.total_params)
+
+
+@given(
+    chips=st.integers(min_value=1, max_value=64),
+    context=st.integers(min_value=1, max_value=131_072),
+    chip=st.sampled_from(["v5e", "v5p", "v6e", "v7"]),
+)
+def test_the_sequences_that_fit_fill_the_hbm_and_one_more_would_not(
+    chips: int, context: int, chip: str
+) -> None:
+    fit = max_concurrent_sequences(QWEN3_235B, chip, context, chips=chips)
+    usable = chips * get_chip(chip).hbm_bytes * (1 - HBM_HEADROOM)
+    weights = 2 * QWEN3_235B.total_params
+    per_sequence = context * kv_bytes_per_token(QWEN3_235B, head_dim_multiple=128)
+    if weights > usable:
+        assert fit == 0
+    else:
+        assert weights + fit * per_sequence <= usable < weights + (fit + 1) * per_sequence
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        (lambda: decode_step(LLAMA2_13B, "v5e", 0, 8192), "batch must be at least 1"),
+        (lambda: decode_step(LLAMA2_13B, "v9", 1, 8192), "v9"),
+        (lambda: max_concurrent_sequences(LLAMA2_13B, "v5e", 1.5), "context_len"),
+        (lambda: kv_bytes_per_token(LLAMA2_13B, bytes_per_value=0), "bytes_per_value"),
+    ],
+)
+def test_bad_input_is_named(call, named: str) -> None:
+    with pytest.raises(InputError, match=named):
+        call()
+
+
+def test_experts_touched_matches_a_simulated_uniform_router() -> None:
+    """Each token picks 8 distinct experts of 128 at random; count the distinct ones a batch
+    of 16 hits, over many batches."""
+    rng = np.random.default_rng(0)
+    picks = np.argsort(rng.random((4000, 16, 128)), axis=-1)[..., :8]  # 8 distinct per token
+    touched = [len(np.unique(batch)) for batch in picks]
+    assert np.mean(touched) == pytest.approx(experts_touched(QWEN3_235B, 16), rel=0.01)
