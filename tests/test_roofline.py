@@ -361,3 +361,11 @@ def test_min_tokens_for_a_large_weight_is_about_the_ridge_point():
         assert line.ridge_point_flops_per_byte <= fewest <= line.ridge_point_flops_per_byte * 1.01
     with pytest.raises(RooflineError, match="never reaches"):
         Roofline.from_chip("v6e").min_tokens_for_compute_bound(256, 256)
+
+
+def test_min_tokens_is_exact_where_the_root_is_a_whole_number() -> None:
+    """On v6e a 1125 x 1125 weight reaches the ridge at exactly 153,000 rows: a float solve
+    rounded that up to 153,001 (found by the property test above)."""
+    line = Roofline.from_chip("v6e")
+    assert line.min_tokens_for_compute_bound(1125, 1125) == 153_000
+    assert matmul_intensity(153_000, 1125, 1125, 2) == line.ridge_point_flops_per_byte

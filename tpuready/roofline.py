@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Literal
 
 from tpuready.hardware import Chip, as_chip
@@ -231,7 +232,10 @@ class Roofline:
         k, n = _positive_count("k", k), _positive_count("n", n)
         size = _positive_number("bytes_per_element", bytes_per_element)
         ridge = self.ridge_point_flops_per_byte
-        denominator = 2 * k * n - ridge * size * (k + n)
+        # In exact rationals: where the root is a whole number (v6e, k = n = 1125: 153,000),
+        # float rounding would land just above it and round up one row too many.
+        exact_ridge = Fraction(self.peak_flops_per_second) / Fraction(self.bytes_per_second)
+        denominator = 2 * k * n - exact_ridge * Fraction(size) * (k + n)
         if denominator <= 0:
             raise RooflineError(
                 f"a ({k}, {n}) weight in {size:g}-byte elements never reaches {self.name}'s "
@@ -239,7 +243,7 @@ class Roofline:
                 f"infinitely many give only {2 * k * n / (size * (k + n)):.0f}; make k and n "
                 "larger"
             )
-        return math.ceil(ridge * size * k * n / denominator)
+        return math.ceil(exact_ridge * Fraction(size) * k * n / denominator)
 
     def seconds(self, flops: float, bytes_moved: float) -> float:
         """The roofline time of a kernel: the longer of computing its FLOPs at peak and moving
