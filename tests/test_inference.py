@@ -109,6 +109,8 @@ def test_the_sequences_that_fit_fill_the_hbm_and_one_more_would_not(
         (lambda: decode_step(LLAMA2_13B, "v9", 1, 8192), "v9"),
         (lambda: max_concurrent_sequences(LLAMA2_13B, "v5e", 1.5), "context_len"),
         (lambda: kv_bytes_per_token(LLAMA2_13B, bytes_per_value=0), "bytes_per_value"),
+        (lambda: max_concurrent_sequences(LLAMA2_13B, "v5e", 8, hbm_headroom=1.5), "below 1"),
+        (lambda: max_concurrent_sequences(LLAMA2_13B, "v5e", 8, bytes_per_param=-2), "bytes_per"),
     ],
 )
 def test_bad_input_is_named(call, named: str) -> None:

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 
 from tpuready.hardware import Chip, as_chip
-from tpuready.plan import HBM_HEADROOM, ModelConfig
+from tpuready.plan import HBM_HEADROOM, ModelConfig, checked_hbm_headroom
 from tpuready.validate import InputError, number, whole_number
 
 __all__ = [
@@ -99,8 +99,12 @@ def max_concurrent_sequences(
         "context_len", context_len, fix="tokens per sequence", error=InferenceError
     )
     count = whole_number("chips", chips, fix="the chips serving one replica", error=InferenceError)
-    usable = count * chip.hbm_bytes * (1 - hbm_headroom)
-    free = usable - model.total_params * bytes_per_param
+    headroom = checked_hbm_headroom(hbm_headroom, error=InferenceError)
+    size = number(
+        "bytes_per_param", bytes_per_param, fix="2 for bf16, 1 for int8", error=InferenceError
+    )
+    usable = count * chip.hbm_bytes * (1 - headroom)
+    free = usable - model.total_params * size
     per_sequence = length * kv_bytes_per_token(
         model, bytes_per_value=kv_bytes_per_value, head_dim_multiple=head_dim_multiple
     )

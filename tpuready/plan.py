@@ -68,6 +68,7 @@ __all__ = [
     "ModelConfig",
     "Plan",
     "PlanError",
+    "checked_hbm_headroom",
     "make_plan",
     "shard_len",
 ]
@@ -94,6 +95,16 @@ count, so a plan that fills the last percent of HBM would not run."""
 
 class PlanError(InputError):
     """Raised for a mesh, model or batch that cannot form a plan; the message names the value."""
+
+
+def checked_hbm_headroom(value: object, *, error: type[InputError] = InputError) -> float:
+    """`value` as the share of HBM to keep free, 0 or more and below 1, else `error` naming it."""
+    share = number(
+        "hbm_headroom", value, fix="pass a share such as 0.1", allow_zero=True, error=error
+    )
+    if share >= 1:
+        raise error(f"hbm_headroom is a share of HBM below 1, got {value!r}: pass 0.1")
+    return share
 
 
 def shard_len(length: int, *ways: int) -> int:
@@ -439,15 +450,7 @@ def make_plan(
     seq_len = whole_number("seq_len", seq_len, fix="pass the tokens per sequence", error=PlanError)
     if not isinstance(recompute, bool):
         raise PlanError(f"recompute must be True or False, got {recompute!r}")
-    hbm_headroom = number(
-        "hbm_headroom",
-        hbm_headroom,
-        fix="pass a share such as 0.1",
-        allow_zero=True,
-        error=PlanError,
-    )
-    if hbm_headroom >= 1:
-        raise PlanError(f"hbm_headroom is a share of HBM below 1, got {hbm_headroom!r}: pass 0.1")
+    hbm_headroom = checked_hbm_headroom(hbm_headroom, error=PlanError)
     full_mesh = _check_mesh(mesh, num_chips)
     try:
         if slice_shape is None:
