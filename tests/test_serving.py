@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,9 +18,11 @@ from hypothesis import strategies as st
 from tpuready.serving import (
     MIN_NUM_SEQS,
     EngineBuckets,
+    Request,
     ServingBucketError,
     attention_request_buckets,
     request_buckets,
+    schedule,
     token_buckets,
 )
 
@@ -148,3 +151,70 @@ def test_a_step_runs_at_the_first_bucket_at_or_above_each_count() -> None:
         engine.padded_step(20000, 8)
     with pytest.raises(ServingBucketError, match="9 requests cannot share 4 tokens"):
         engine.padded_step(4, 9)
+
+
+def test_schedule_chunks_prompts_and_admits_first_come_first_served() -> None:
+    """Worked by hand: a budget of 16 tokens and at most 2 running requests."""
+    requests = [Request(0, 5, 3), Request(0, 40, 2), Request(1, 10, 1), Request(10, 4, 2)]
+    ran = schedule(requests, max_num_batched_tokens=16, max_num_seqs=2)
+    # Step 0: prompt 0 whole (5) and 11 of prompt 1. Step 1: a decode and 15 more of prompt 1.
+    # Step 2: a decode and prompt 1's last 14; request 2 waits (2 running). Step 3: request 1's
+    # decode and prompt 2. The engine idles until request 3 arrives at step 10.
+    assert ran.step_tokens.tolist() == [16, 16, 15, 11, 4, 1]
+    assert ran.step_requests.tolist() == [2, 2, 2, 2, 1, 1]
+    assert ran.step_index.tolist() == [0, 1, 2, 3, 10, 11]
+    assert ran.first_token_step.tolist() == [0, 2, 3, 10]
+    assert ran.finish_step.tolist() == [2, 3, 3, 11]
+
+
+def test_decoding_requests_take_one_token_each() -> None:
+    ran = schedule([Request(0, 1, 5)] * 4, max_num_batched_tokens=16, max_num_seqs=8)
+    assert ran.step_tokens.tolist() == [4] * 5
+    assert ran.finish_step.tolist() == [4] * 4
+
+
+requests_strategy = st.lists(
+    st.tuples(
+        st.integers(0, 20), st.integers(1, 300), st.integers(1, 30)
+    ),  # (arrival gap, prompt, output)
+    min_size=1,
+    max_size=40,
+)
+
+
+@given(
+    raw=requests_strategy,
+    budget=st.integers(1, 512),
+    most_running=st.integers(1, 64),
+)
+def test_schedule_respects_its_limits_and_computes_every_token(
+    raw: list[tuple[int, int, int]], budget: int, most_running: int
+) -> None:
+    arrivals = list(itertools.accumulate(gap for gap, _, _ in raw))
+    requests = [
+        Request(arrival, prompt, output)
+        for arrival, (_, prompt, output) in zip(arrivals, raw, strict=True)
+    ]
+    ran = schedule(requests, budget, most_running)
+    assert ((ran.step_tokens >= 1) & (ran.step_tokens <= budget)).all()
+    assert (ran.step_requests <= np.minimum(ran.step_tokens, most_running)).all()
+    assert (np.diff(ran.step_index) > 0).all()
+    # Every prompt token once, and one token per output after the first.
+    assert ran.step_tokens.sum() == sum(r.prompt_tokens + r.output_tokens - 1 for r in requests)
+    first, finish = ran.first_token_step, ran.finish_step
+    assert (first >= np.array(arrivals)).all()
+    assert (finish - first >= np.array([r.output_tokens - 1 for r in requests])).all()
+    assert (np.diff(first) >= 0).all(), "first come, first served"
+    assert finish.max() == ran.step_index[-1]
+
+
+def test_schedule_names_what_it_cannot_use() -> None:
+    with pytest.raises(ServingBucketError, match="sorted by arrival_step"):
+        schedule([Request(5, 4, 1), Request(0, 4, 1)], 16, 4)
+    with pytest.raises(ServingBucketError, match=r"request 1 is \(0, 4, 1\)"):
+        schedule([Request(0, 4, 1), (0, 4, 1)], 16, 4)
+    with pytest.raises(ServingBucketError, match="request 0: output_tokens must be"):
+        schedule([Request(0, 4, 0)], 16, 4)
+    with pytest.raises(ServingBucketError, match="max_num_seqs"):
+        schedule([Request(0, 4, 1)], 16, 0)
+    assert schedule([], 16, 4).step_tokens.size == 0

@@ -1,10 +1,11 @@
 """Bad input to every calculator: one error family, a message naming the argument and the value.
 
 Each public function of `tpuready.alignment`, `tpuready.buckets`, `tpuready.roofline`,
-`tpuready.ici` and `tpuready.plan` gets a valid call, and hypothesis replaces one argument at a
-time with a value no caller means (a bool, a float, a string, None, zero, a negative, NaN). The
-call must raise an `InputError` (a `ValueError`) whose message names the argument and the value;
-NumPy integers and floats must give the same answer as Python's.
+`tpuready.ici`, `tpuready.plan`, `tpuready.serving` and `tpuready.inference` gets a valid call,
+and hypothesis replaces one argument at a time with a value no caller means (a bool, a float, a
+string, None, zero, a negative, NaN). The call must raise an `InputError` (a `ValueError`) whose
+message names the argument and the value; NumPy integers and floats must give the same answer as
+Python's.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpuready import alignment, buckets, ici, plan, roofline
+from tpuready import alignment, buckets, ici, inference, plan, roofline, serving
 from tpuready.hardware import UnknownChipError, get_chip
 from tpuready.validate import InputError, number, one_of, whole_number
 
@@ -156,6 +157,34 @@ CALLS: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
             "seq_len": 128,
         },
     ),
+    (
+        "token_buckets",
+        serving.token_buckets,
+        {"max_num_batched_tokens": 512, "min_bucket": 16, "compilation_sizes": [48]},
+    ),
+    ("request_buckets", serving.request_buckets, {"max_num_seqs": 64}),
+    ("attention_request_buckets", serving.attention_request_buckets, {"max_num_seqs": 64}),
+    (
+        "schedule",
+        lambda **kwargs: {k: v.tolist() for k, v in vars(serving.schedule(**kwargs)).items()},
+        {"requests": [serving.Request(0, 40, 3)], "max_num_batched_tokens": 16, "max_num_seqs": 4},
+    ),
+    (
+        "kv_bytes_per_token",
+        inference.kv_bytes_per_token,
+        {"model": TINY_MOE, "bytes_per_value": 2, "head_dim_multiple": 128},
+    ),
+    ("experts_touched", inference.experts_touched, {"model": TINY_MOE, "tokens": 8}),
+    (
+        "max_concurrent_sequences",
+        inference.max_concurrent_sequences,
+        {"model": TINY_MOE, "chip": "v5e", "context_len": 1024, "chips": 2, "bytes_per_param": 2},
+    ),
+    (
+        "decode_step",
+        inference.decode_step,
+        {"model": TINY_MOE, "chip": "v6e", "batch": 8, "context_len": 1024, "chips": 2},
+    ),
 ]
 # The arguments that are real numbers (a rate, a byte count), not whole numbers.
 NUMBERS = {
@@ -171,6 +200,8 @@ NUMBERS = {
     "flops_per_token",
     "total_bytes",
     "link_bytes_per_second",
+    "bytes_per_value",
+    "bytes_per_param",
 }
 # Arguments of other kinds, with their own tests below.
 OTHER = {
@@ -187,6 +218,8 @@ OTHER = {
     "mesh",
     "dims",
     "slice_shape",
+    "compilation_sizes",
+    "requests",
 }
 
 WHOLE_ARGUMENTS = [

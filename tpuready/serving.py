@@ -23,15 +23,26 @@ padding a request stream will pay without a TPU:
   decode share the model graphs: the ragged paged attention kernel splits a mixed batch at run
   time. Smaller helper graphs (gathers, structured decoding) are not counted here.
 
+- The steps a stream of requests makes (`schedule`): vLLM's V1 scheduler (`vllm/v1/core/sched/
+  scheduler.py`, 0.32.0) first gives each running request its next tokens (one while decoding,
+  the rest of its prompt while prefilling), then admits waiting requests first come, first
+  served, while token budget is left and fewer than `max_num_seqs` run; a prompt longer than
+  what is left is split across steps (chunked prefill). The last prompt chunk's step samples the
+  first output token, and each later step one more.
+
 The model is for one data-parallel rank (`dp_size` 1). Read from the wheels, not run on a TPU:
-a later release may change any of it.
+a later release may change any of it. The schedule leaves out prefix caching, speculative
+decoding and preemption (it assumes the KV cache holds every admitted request).
 """
 
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from tpuready.validate import InputError, whole_number
 
@@ -39,9 +50,12 @@ __all__ = [
     "MIN_NUM_SEQS",
     "MIN_TOKEN_BUCKET",
     "EngineBuckets",
+    "Request",
+    "Schedule",
     "ServingBucketError",
     "attention_request_buckets",
     "request_buckets",
+    "schedule",
     "token_buckets",
 ]
 
@@ -256,3 +270,133 @@ class EngineBuckets:
             _bucket_above(self.tokens, tokens, "tokens"),
             _bucket_above(self.requests, requests, "requests"),
         )
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of a stream: when it arrives (in engine steps), its prompt and output tokens."""
+
+    arrival_step: int
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What the scheduler ran: each step's tokens and requests, and each request's milestones."""
+
+    step_tokens: np.ndarray
+    """Scheduled tokens of each step that ran (prompt chunks plus one per decoding request)."""
+    step_requests: np.ndarray
+    """Requests in each step that ran."""
+    step_index: np.ndarray
+    """The clock step at which each step ran (idle clock steps run nothing)."""
+    first_token_step: np.ndarray
+    """For each request, the clock step whose step sampled its first output token."""
+    finish_step: np.ndarray
+    """For each request, the clock step whose step sampled its last output token."""
+
+
+def _checked_request(index: int, request: Request) -> tuple[int, int, int]:
+    fix = f"request {index} must be Request(arrival_step, prompt_tokens, output_tokens)"
+    if not isinstance(request, Request):
+        raise ServingBucketError(f"request {index} is {request!r}: {fix}")
+    return (
+        whole_number(
+            f"request {index}: arrival_step",
+            request.arrival_step,
+            fix=fix,
+            minimum=0,
+            error=ServingBucketError,
+        ),
+        whole_number(
+            f"request {index}: prompt_tokens",
+            request.prompt_tokens,
+            fix=fix,
+            error=ServingBucketError,
+        ),
+        whole_number(
+            f"request {index}: output_tokens",
+            request.output_tokens,
+            fix=fix,
+            error=ServingBucketError,
+        ),
+    )
+
+
+def schedule(
+    requests: Sequence[Request], max_num_batched_tokens: int, max_num_seqs: int
+) -> Schedule:
+    """The steps vLLM's V1 scheduler runs for `requests` (sorted by arrival), with chunked
+    prefill at the token budget and at most `max_num_seqs` running requests."""
+    budget = whole_number(
+        "max_num_batched_tokens",
+        max_num_batched_tokens,
+        fix="pass the engine's --max-num-batched-tokens",
+        error=ServingBucketError,
+    )
+    most_running = _max_num_seqs(max_num_seqs)
+    checked = [_checked_request(index, request) for index, request in enumerate(requests)]
+    arrivals = [arrival for arrival, _, _ in checked]
+    if arrivals != sorted(arrivals):
+        raise ServingBucketError(
+            "requests must be sorted by arrival_step: the scheduler serves them first come, "
+            "first served; sort them with key=lambda r: r.arrival_step"
+        )
+    count = len(checked)
+    computed = [0] * count  # prompt tokens computed so far
+    produced = [0] * count  # output tokens sampled so far
+    first_token = np.full(count, -1, dtype=np.int64)
+    finish = np.full(count, -1, dtype=np.int64)
+    waiting: deque[int] = deque()
+    running: list[int] = []
+    step_tokens: list[int] = []
+    step_requests: list[int] = []
+    step_index: list[int] = []
+    next_arrival = 0
+    clock = 0
+    while next_arrival < count or waiting or running:
+        if not waiting and not running:
+            clock = max(clock, checked[next_arrival][0])  # idle until the next arrival
+        while next_arrival < count and checked[next_arrival][0] <= clock:
+            waiting.append(next_arrival)
+            next_arrival += 1
+        left = budget
+        scheduled: list[tuple[int, int]] = []
+        for index in running:
+            if left == 0:
+                break
+            prompt = checked[index][1]
+            wanted = prompt - computed[index] if computed[index] < prompt else 1
+            tokens = min(wanted, left)
+            scheduled.append((index, tokens))
+            left -= tokens
+        while waiting and left > 0 and len(running) < most_running:
+            index = waiting.popleft()
+            tokens = min(checked[index][1], left)
+            running.append(index)
+            scheduled.append((index, tokens))
+            left -= tokens
+        if scheduled:
+            step_tokens.append(budget - left)
+            step_requests.append(len(scheduled))
+            step_index.append(clock)
+        for index, tokens in scheduled:
+            prompt, outputs = checked[index][1], checked[index][2]
+            if computed[index] < prompt:
+                computed[index] += tokens
+                if computed[index] < prompt:
+                    continue  # a prompt chunk: nothing sampled yet
+                first_token[index] = clock
+            produced[index] += 1
+            if produced[index] == outputs:
+                finish[index] = clock
+        running = [index for index in running if finish[index] < 0]
+        clock += 1
+    return Schedule(
+        step_tokens=np.asarray(step_tokens, dtype=np.int64),
+        step_requests=np.asarray(step_requests, dtype=np.int64),
+        step_index=np.asarray(step_index, dtype=np.int64),
+        first_token_step=first_token,
+        finish_step=finish,
+    )
