@@ -190,6 +190,7 @@ requests_strategy = st.lists(
 def test_schedule_respects_its_limits_and_computes_every_token(
     raw: list[tuple[int, int, int]], budget: int, most_running: int
 ) -> None:
+    most_running = min(most_running, budget)  # vLLM refuses a budget below it
     arrivals = list(itertools.accumulate(gap for gap, _, _ in raw))
     requests = [
         Request(arrival, prompt, output)
@@ -218,3 +219,14 @@ def test_schedule_names_what_it_cannot_use() -> None:
     with pytest.raises(ServingBucketError, match="max_num_seqs"):
         schedule([Request(0, 4, 1)], 16, 0)
     assert schedule([], 16, 4).step_tokens.size == 0
+
+
+def test_a_budget_below_max_num_seqs_is_refused_as_vllm_refuses_it() -> None:
+    """vLLM's SchedulerConfig: max_num_batched_tokens must be >= max_num_seqs."""
+    with pytest.raises(
+        ServingBucketError, match=r"max_num_batched_tokens \(512\) must be at least"
+    ):
+        EngineBuckets.from_settings(512, 1024)
+    with pytest.raises(ServingBucketError, match="max_num_seqs \\(8\\)"):
+        schedule([Request(0, 4, 1)], 4, 8)
+    assert EngineBuckets.from_settings(512, 512).requests[-1] == 512

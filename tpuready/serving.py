@@ -176,6 +176,15 @@ def attention_request_buckets(
     return tuple(sorted((sizes or set(_request_ladder(most))) | {most}))
 
 
+def _check_budget_holds_the_requests(budget: int, most: int) -> None:
+    if budget < most:
+        raise ServingBucketError(
+            f"max_num_batched_tokens ({budget}) must be at least max_num_seqs ({most}): vLLM "
+            "refuses a budget that cannot give every running request a token; raise "
+            "--max-num-batched-tokens or lower --max-num-seqs"
+        )
+
+
 def _bucket_above(buckets: Sequence[int], count: int, what: str) -> int:
     index = bisect.bisect_left(buckets, count)
     if index == len(buckets):
@@ -203,6 +212,15 @@ class EngineBuckets:
         compilation_sizes: Iterable[int] = (),
     ) -> EngineBuckets:
         """The buckets an engine started with these flags and environment variables builds."""
+        _check_budget_holds_the_requests(
+            whole_number(
+                "max_num_batched_tokens",
+                max_num_batched_tokens,
+                fix="pass the engine's --max-num-batched-tokens",
+                error=ServingBucketError,
+            ),
+            _max_num_seqs(max_num_seqs),
+        )
         env = dict(environment or {})
 
         def integer(name: str, default: int, *, empty_is_default: bool) -> int:
@@ -336,6 +354,7 @@ def schedule(
         error=ServingBucketError,
     )
     most_running = _max_num_seqs(max_num_seqs)
+    _check_budget_holds_the_requests(budget, most_running)
     checked = [_checked_request(index, request) for index, request in enumerate(requests)]
     arrivals = [arrival for arrival, _, _ in checked]
     if arrivals != sorted(arrivals):
