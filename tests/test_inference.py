@@ -11,11 +11,12 @@ from hypothesis import strategies as st
 
 from tpuready.hardware import get_chip
 from tpuready.inference import (
-    TPU_HEAD_DIM_MULTIPLE,
+    InferenceError,
     decode_step,
     experts_touched,
     kv_bytes_per_token,
     max_concurrent_sequences,
+    tpu_head_dim,
     weight_bytes_read,
 )
 from tpuready.plan import HBM_HEADROOM, ModelConfig
@@ -40,10 +41,21 @@ def test_kv_bytes_per_token_is_keys_and_values_per_layer_and_kv_head() -> None:
     assert kv_bytes_per_token(QWEN3_235B, bytes_per_value=1) == 2 * 94 * 4 * 128
 
 
-def test_a_tpu_kv_cache_stores_a_head_dim_of_64_as_128() -> None:
-    small = ModelConfig("small", 2, 256, 4, 2, 64, 1, 1, 512, 1000)
-    assert kv_bytes_per_token(small) == 2 * 2 * 2 * 64 * 2
-    assert kv_bytes_per_token(small, head_dim_multiple=TPU_HEAD_DIM_MULTIPLE) == 2 * 2 * 2 * 128 * 2
+@pytest.mark.parametrize(
+    ("head_dim", "stored"),
+    [(32, 128), (64, 64), (80, 128), (96, 128), (128, 128), (192, 256), (256, 256)],
+)
+def test_a_tpu_kv_cache_pads_the_head_dim_to_128_but_packs_64(head_dim: int, stored: int) -> None:
+    """tpu-inference 0.32.0's get_padded_head_dim, read from the wheel."""
+    assert tpu_head_dim(head_dim) == stored
+    small = ModelConfig("small", 2, 256, 4, 2, head_dim, 1, 1, 512, 1000)
+    assert kv_bytes_per_token(small) == 2 * 2 * 2 * head_dim * 2
+    assert kv_bytes_per_token(small, tpu_layout=True) == 2 * 2 * 2 * stored * 2
+
+
+def test_the_layout_flag_is_a_bool() -> None:
+    with pytest.raises(InferenceError, match="tpu_layout must be True or False, got 128"):
+        kv_bytes_per_token(LLAMA2_13B, tpu_layout=128)
 
 
 # The Scaling Book's table for LLaMA-2 13B on 8 TPU v5e at 8,192 tokens of context: step time
@@ -55,7 +67,7 @@ SCALING_BOOK_LLAMA = {1: (4.98, 200.61), 8: (12.13, 659.30), 16: (20.30, 787.99)
 
 @pytest.mark.parametrize("batch", SCALING_BOOK_LLAMA)
 def test_the_decode_roofline_reproduces_the_scaling_books_llama_table(batch: int) -> None:
-    step = decode_step(LLAMA2_13B, "v5e", batch, 8192, chips=8, head_dim_multiple=1)
+    step = decode_step(LLAMA2_13B, "v5e", batch, 8192, chips=8, tpu_layout=False)
     milliseconds, tokens_per_second = SCALING_BOOK_LLAMA[batch]
     assert math.isclose(step.seconds * 1e3, milliseconds, rel_tol=0.01)
     assert math.isclose(step.tokens_per_second, tokens_per_second, rel_tol=0.01)
@@ -95,7 +107,7 @@ def test_the_sequences_that_fit_fill_the_hbm_and_one_more_would_not(
     fit = max_concurrent_sequences(QWEN3_235B, chip, context, chips=chips)
     usable = chips * get_chip(chip).hbm_bytes * (1 - HBM_HEADROOM)
     weights = 2 * QWEN3_235B.total_params
-    per_sequence = context * kv_bytes_per_token(QWEN3_235B, head_dim_multiple=128)
+    per_sequence = context * kv_bytes_per_token(QWEN3_235B, tpu_layout=True)
     if weights > usable:
         assert fit == 0
     else:

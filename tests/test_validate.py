@@ -172,9 +172,10 @@ CALLS: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
     (
         "kv_bytes_per_token",
         inference.kv_bytes_per_token,
-        {"model": TINY_MOE, "bytes_per_value": 2, "head_dim_multiple": 128},
+        {"model": TINY_MOE, "bytes_per_value": 2, "tpu_layout": True},
     ),
     ("experts_touched", inference.experts_touched, {"model": TINY_MOE, "tokens": 8}),
+    ("tpu_head_dim", inference.tpu_head_dim, {"head_dim": 96}),
     (
         "max_concurrent_sequences",
         inference.max_concurrent_sequences,
@@ -220,6 +221,7 @@ OTHER = {
     "slice_shape",
     "compilation_sizes",
     "requests",
+    "tpu_layout",
 }
 
 WHOLE_ARGUMENTS = [

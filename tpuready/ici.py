@@ -111,7 +111,10 @@ class AxisLayout:
         number(
             "link_bytes_per_second",
             self.link_bytes_per_second,
-            fix="pass one link's bandwidth, both directions summed (`Chip.ici_link_bytes_per_second`)",
+            fix=(
+                "pass one link's bandwidth, both directions summed "
+                "(`Chip.ici_link_bytes_per_second`)"
+            ),
             error=IciModelError,
         )
         if self.dcn_bytes_per_second is not None:

@@ -4,8 +4,9 @@ The model follows the Scaling Book's inference chapter ("All About Transformer I
 
 - The KV cache holds, per token, a key and a value per layer and KV head:
   `2 x layers x kv_heads x head_dim x bytes`. vLLM's TPU runner stores `head_dim` padded to a
-  multiple of 128 (its KV layout's last dimension, tpu-inference 0.32.0), so a head dim of 64
-  costs the bytes of 128 there.
+  multiple of 128 (its KV layout's last dimension, tpu-inference 0.32.0), so a head dim of 96
+  costs the bytes of 128 there; a head dim of 64 is the exception, stored unpadded (its own
+  kernel packs a token's key and value into one row of 128 lanes).
 - A decode step generates one token for each of `batch` sequences. It reads every sequence's
   KV cache (`batch x context x kv_bytes_per_token`, always bandwidth-bound) and the weights
   once for the whole batch, and does `2 x active parameters` FLOPs per token:
@@ -32,36 +33,57 @@ from tpuready.validate import InputError, number, whole_number
 
 __all__ = [
     "TPU_HEAD_DIM_MULTIPLE",
+    "TPU_PACKED_HEAD_DIM",
     "DecodeStep",
     "InferenceError",
     "decode_step",
     "experts_touched",
     "kv_bytes_per_token",
     "max_concurrent_sequences",
+    "tpu_head_dim",
     "weight_bytes_read",
 ]
 
 TPU_HEAD_DIM_MULTIPLE = 128
 """vLLM's TPU KV cache pads the head dim to a multiple of 128 (tpu-inference 0.32.0's
-`get_kv_cache_shape`; vLLM-TorchTPU's `TPU_HEAD_SIZE_ALIGNMENT`)."""
+`get_padded_head_dim`; vLLM-TorchTPU's `TPU_HEAD_SIZE_ALIGNMENT`)."""
+
+TPU_PACKED_HEAD_DIM = 64
+"""The head dim both TPU runners store unpadded: `kernel_hd64` packs a token's key and value
+into one row of 128 lanes (tpu-inference 0.32.0's `get_padded_head_dim`; vLLM-TorchTPU 0.29.0's
+attention adapter)."""
 
 
 class InferenceError(InputError):
     """A serving estimate was given a value it cannot use; the message names it."""
 
 
+def tpu_head_dim(head_dim: int) -> int:
+    """The head dim vLLM's TPU KV cache stores: a multiple of 128, except 64, kept as it is."""
+    size = whole_number("head_dim", head_dim, fix="read it from config.json", error=InferenceError)
+    if size == TPU_PACKED_HEAD_DIM:
+        return size
+    return math.ceil(size / TPU_HEAD_DIM_MULTIPLE) * TPU_HEAD_DIM_MULTIPLE
+
+
+def _checked_layout(tpu_layout: object) -> bool:
+    if not isinstance(tpu_layout, bool):
+        raise InferenceError(
+            f"tpu_layout must be True or False, got {tpu_layout!r}: True counts vLLM's TPU "
+            "layout (head dim padded as tpu_head_dim says), False the head dim as it is"
+        )
+    return tpu_layout
+
+
 def kv_bytes_per_token(
-    model: ModelConfig, *, bytes_per_value: float = 2, head_dim_multiple: int = 1
+    model: ModelConfig, *, bytes_per_value: float = 2, tpu_layout: bool = False
 ) -> float:
-    """Bytes of KV cache one token takes over all layers: keys and values, each KV head's
-    `head_dim` rounded up to `head_dim_multiple` (pass `TPU_HEAD_DIM_MULTIPLE` for vLLM on TPU)."""
+    """Bytes of KV cache one token takes over all layers: keys and values of each KV head, with
+    the head dim as vLLM's TPU layout stores it (`tpu_head_dim`) when `tpu_layout`."""
     size = number(
         "bytes_per_value", bytes_per_value, fix="2 for bf16, 1 for fp8", error=InferenceError
     )
-    multiple = whole_number(
-        "head_dim_multiple", head_dim_multiple, fix="1, or 128 on TPU", error=InferenceError
-    )
-    head_dim = math.ceil(model.head_dim / multiple) * multiple
+    head_dim = tpu_head_dim(model.head_dim) if _checked_layout(tpu_layout) else model.head_dim
     return 2 * model.num_layers * model.num_kv_heads * head_dim * size
 
 
@@ -89,7 +111,7 @@ def max_concurrent_sequences(
     chips: int = 1,
     bytes_per_param: float = 2,
     kv_bytes_per_value: float = 2,
-    head_dim_multiple: int = TPU_HEAD_DIM_MULTIPLE,
+    tpu_layout: bool = True,
     hbm_headroom: float = HBM_HEADROOM,
 ) -> int:
     """Sequences of `context_len` tokens whose KV cache fits on `chips` chips beside the
@@ -106,7 +128,7 @@ def max_concurrent_sequences(
     usable = count * chip.hbm_bytes * (1 - headroom)
     free = usable - model.total_params * size
     per_sequence = length * kv_bytes_per_token(
-        model, bytes_per_value=kv_bytes_per_value, head_dim_multiple=head_dim_multiple
+        model, bytes_per_value=kv_bytes_per_value, tpu_layout=tpu_layout
     )
     return max(0, math.floor(free / per_sequence))
 
@@ -145,7 +167,7 @@ def decode_step(
     chips: int = 1,
     bytes_per_param: float = 2,
     kv_bytes_per_value: float = 2,
-    head_dim_multiple: int = TPU_HEAD_DIM_MULTIPLE,
+    tpu_layout: bool = True,
 ) -> DecodeStep:
     """The roofline of one decode step for `batch` sequences of `context_len` tokens on `chips`
     chips, at their peak bf16 FLOP/s and HBM bandwidth."""
@@ -159,9 +181,7 @@ def decode_step(
     kv = (
         size
         * length
-        * kv_bytes_per_token(
-            model, bytes_per_value=kv_bytes_per_value, head_dim_multiple=head_dim_multiple
-        )
+        * kv_bytes_per_token(model, bytes_per_value=kv_bytes_per_value, tpu_layout=tpu_layout)
     )
     flops = 2 * size * model.active_matmul_params
     return DecodeStep(
