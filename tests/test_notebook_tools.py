@@ -161,6 +161,37 @@ def test_a_slow_notebook_fails_the_run(pytester: pytest.Pytester) -> None:
     assert fast.ret == pytest.ExitCode.OK
 
 
+def test_a_cell_tagged_engine_start_is_reported_apart_from_the_budget(
+    pytester: pytest.Pytester,
+) -> None:
+    # Cell 0 is slow but tagged engine-start; cell 1 is quick: the notebook stays in budget.
+    pytester.makeconftest(
+        textwrap.dedent(
+            """
+            import time, pytest
+            class Cell(pytest.Item):
+                def __init__(self, *, tags, **kwargs):
+                    super().__init__(**kwargs)
+                    self.cell = {"metadata": {"tags": tags}}
+                def runtest(self):
+                    time.sleep(0.3 if self.cell["metadata"]["tags"] else 0.01)
+            class Notebook(pytest.File):
+                def collect(self):
+                    yield Cell.from_parent(self, name="Cell 0", tags=["engine-start"])
+                    yield Cell.from_parent(self, name="Cell 1", tags=[])
+            def pytest_collect_file(file_path, parent):
+                if file_path.suffix == ".ipynb":
+                    return Notebook.from_parent(parent, path=file_path)
+            """
+        )
+    )
+    pytester.makefile(".ipynb", engine="{}")
+    run = pytester.runpytest_inprocess("-p", "notebook_time_budget", "--notebook-budget", "0.2")
+    assert run.ret == pytest.ExitCode.OK
+    run.stdout.fnmatch_lines(["*engine.ipynb: cells tagged engine-start, not in the budget*"])
+    run.stdout.no_fnmatch_line("*OVER BUDGET*")
+
+
 def test_audit_speed_reports_each_tool_against_ast_parse(tmp_path: Path) -> None:
     package = tmp_path / "package"
     package.mkdir()

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -457,3 +458,36 @@ def test_a_notebook_gets_no_packet_out_in_the_namespace() -> None:
         "native connect -1 ENETUNREACH",
     ]
     assert lines[2].startswith("dns gaierror"), lines[2]  # no resolver can be reached
+
+
+def test_another_venvs_python_gets_the_guard_through_pythonpath(tmp_path) -> None:
+    """The base interpreter, which has no tpuready, installs the guard all the same."""
+    from tpuready.offline import environment_for_another_python
+
+    base = {"PATH": os.environ["PATH"], "TPUREADY_OFFLINE": "1", "PYTHONPATH": "/some/where"}
+    environment = environment_for_another_python(base)
+    assert environment["PYTHONPATH"].split(os.pathsep) == ["/some/where", str(REPOSITORY)]
+    assert environment_for_another_python({"PATH": "/bin"}) == {"PATH": "/bin"}
+
+    other_python = Path(sys.base_prefix) / "bin" / "python3"
+    without_tpuready = subprocess.run(
+        [str(other_python), "-c", "import tpuready"],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert without_tpuready.returncode != 0, "the base interpreter should not hold tpuready"
+    site = str(REPOSITORY / "scripts" / "offline_site")
+    environment = environment_for_another_python({**base, "PYTHONPATH": site})
+    probe = "import socket; socket.create_connection(('192.0.2.1', 80), timeout=1)"
+    completed = subprocess.run(
+        [str(other_python), "-c", probe],
+        env=environment,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "NetworkRefusedError" in completed.stderr, completed.stderr

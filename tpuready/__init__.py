@@ -17,6 +17,9 @@ One module per idea; import the one you need (`from tpuready import hardware`):
 - `buckets`: the padding buckets that waste the fewest tokens, and a collate helper (chapter 12).
 - `alignment`: MXU utilisation (weights in tiles, tokens streamed), the cheat sheet (chapter 13).
 - `roofline`: arithmetic intensity, rooflines, MFU and tokens per second (chapter 15).
+- `serving`: the token and request buckets of vLLM's TPU runner, and its scheduler (chapter 16).
+- `inference`: KV-cache bytes, the sequences that fit, the decode roofline (chapter 17).
+- `background`: run another program with a clock, never left running (chapter 18).
 - `fix`: `python -m tpuready audit-source --fix`, rewrite what the audit finds (chapter 1).
 - `validate`: one check of calculator arguments and one error family, `InputError`.
 - `offline`: the network guard the notebooks run under in the tests.

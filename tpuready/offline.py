@@ -40,7 +40,8 @@ import _socket
 import ipaddress
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "NAMESPACE_VARIABLE",
     "GuardedSocket",
     "NetworkRefusedError",
+    "environment_for_another_python",
     "getaddrinfo",
     "gethostbyaddr",
     "gethostbyname",
@@ -244,3 +246,15 @@ def install_network_guard() -> None:
 def network_guard_installed() -> bool:
     """True once `install_network_guard` has patched this process."""
     return _installed
+
+
+def environment_for_another_python(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`base` (this process's environment by default) for a Python of another venv, such as
+    the vLLM venv: where the guard's switch is on, `tpuready`'s folder joins PYTHONPATH so that
+    the sitecustomize can install the guard there too (the other venv does not hold tpuready)."""
+    environment = dict(os.environ if base is None else base)
+    if environment.get(ENVIRONMENT_SWITCH) == "1":
+        package_parent = str(Path(__file__).resolve().parent.parent)
+        paths = [path for path in environment.get("PYTHONPATH", "").split(os.pathsep) if path]
+        environment["PYTHONPATH"] = os.pathsep.join([*paths, package_parent])
+    return environment
