@@ -1,6 +1,6 @@
 """Chapter 18's offline generation, run with the vLLM venv's Python.
 
-    python ch18_vllm_offline.py MODEL_DIR MAX_TOKENS PROMPT_IDS_JSON
+    python ch18_offline.py MODEL_DIR MAX_TOKENS PROMPT_IDS_JSON
 
 Loads the saved model with vLLM's offline `LLM`, decodes each prompt
 greedily for exactly MAX_TOKENS tokens, and prints one JSON line: the
