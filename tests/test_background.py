@@ -1,7 +1,7 @@
 """tpuready.background: programs run within their time, and nothing they start outlives them.
 
-Each test starts real processes; a test that leaves one running fails, because it checks the
-process ids it was given.
+The tests start real processes; those about stopping check, by process id in /proc, that the
+program and the process it started are gone (so they run where /proc exists: Linux).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +26,10 @@ from tpuready.background import (
 )
 from tpuready.validate import InputError
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process states from /proc"),
+]
 
 # A program that starts a grandchild (sleep), prints both ids, then waits forever.
 SPAWNS_AND_WAITS = textwrap.dedent(
@@ -163,3 +167,55 @@ def test_a_program_that_ignores_sigterm_gets_sigkill_after_the_grace_period(tmp_
         run_guarded([sys.executable, "-c", program], timeout_seconds=1)
     parent, _ = map(int, ids.read_text().split())
     assert _gone(parent, within_seconds=5)  # the grace period is over when run_guarded returns
+
+
+def test_an_interrupted_call_stops_the_program_while_the_caller_lives_on(tmp_path) -> None:
+    """Jupyter's interrupt button: KeyboardInterrupt in the caller, which keeps running."""
+    ids = tmp_path / "ids"
+    program = SPAWNS_AND_WAITS.replace("flush=True)", f"file=open({str(ids)!r}, 'w'), flush=True)")
+    caller = textwrap.dedent(
+        f"""
+        import sys, time
+        from tpuready.background import run_guarded
+        try:
+            run_guarded([sys.executable, "-c", {program!r}], timeout_seconds=300)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        time.sleep(60)
+        """
+    )
+    process = subprocess.Popen([sys.executable, "-c", caller], stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (ids.exists() and len(ids.read_text().split()) == 2):
+            assert time.monotonic() < deadline, "the program never started"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        assert process.stdout.readline() == "interrupted\n"
+        parent, grandchild = map(int, ids.read_text().split())
+        assert _gone(parent) and _gone(grandchild)
+        assert process.poll() is None, "the caller itself goes on"
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_process_the_server_started_that_ignores_sigterm_is_killed_too(tmp_path) -> None:
+    ids = tmp_path / "ids"
+    stubborn_child = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
+    )
+    program = textwrap.dedent(
+        f"""
+        import http.server, os, subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", {stubborn_child!r}])
+        print(child.pid, file=open({str(ids)!r}, "w"), flush=True)
+        http.server.test(http.server.SimpleHTTPRequestHandler, port=int(sys.argv[1]),
+                         bind="127.0.0.1")
+        """
+    )
+    port = free_port()
+    command = [sys.executable, "-c", program, str(port)]
+    with serve(command, ready_url=f"http://127.0.0.1:{port}/", start_timeout_seconds=30):
+        child = int(ids.read_text())
+    assert _gone(child, within_seconds=2)  # the grace period was spent inside the block's exit

@@ -127,6 +127,17 @@ class TestStoredNotebook:
         for cell in notebook.cells:
             assert "execution" not in cell.get("metadata", {}), "no per-cell timings"
 
+    def test_an_engine_start_cell_bounds_its_start_with_a_timeout(self, path: Path) -> None:
+        # The time budget leaves these cells out (tests/notebook_time_budget.py): their own
+        # clock is what bounds them.
+        unbounded = [
+            index
+            for index, cell in enumerate(code_cells(path), start=1)
+            if "engine-start" in cell.get("metadata", {}).get("tags", [])
+            and not re.search(r"\b(start_)?timeout_seconds=", cell["source"])
+        ]
+        assert unbounded == [], f"cells tagged engine-start with no timeout_seconds=: {unbounded}"
+
     def test_cuda_calls_only_in_cells_tagged_on_purpose(self, path: Path) -> None:
         offenders = [
             index

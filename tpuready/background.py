@@ -8,17 +8,21 @@ process group of its own and ends that whole group (the program and every proces
 when
 
 - the program's time is up,
-- the caller is done with it (the `with` block ends, even by an exception), or
+- the caller is done with it (the `with` block or the call ends, even by an exception or an
+  interrupt), or
 - the caller dies, even by SIGKILL, as when a notebook's kernel is killed: the guardian holds
   the read end of a pipe whose write end only the caller holds, so it reads end of file the
   moment the caller is gone.
 
-It sends SIGTERM first, and SIGKILL to whatever is left after a grace period. POSIX only.
+It sends SIGTERM first, and SIGKILL to whatever of the group is left after a grace period.
+Requests to the program go to 127.0.0.1 directly, whatever proxy the environment names. POSIX
+only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import signal
 import socket
@@ -103,16 +107,21 @@ class _Guarded:
                 env=None if env is None else dict(env),
                 cwd=cwd,
             )
+        except BaseException:
+            os.close(self._write_end)
+            raise
         finally:
             os.close(read_end)
 
     def stop(self) -> None:
-        """Close the pipe, so the guardian ends the program's group; wait for the guardian."""
-        with contextlib.suppress(OSError):
+        """Close the pipe, so the guardian ends the program's group; wait for the guardian.
+        Calling it again does nothing more."""
+        if self._write_end >= 0:
             os.close(self._write_end)
+            self._write_end = -1
         try:
             self.process.wait(timeout=GRACE_SECONDS + 5)
-        except subprocess.TimeoutExpired:  # the guardian itself is stuck: end it and its group
+        except subprocess.TimeoutExpired:  # the guardian is stuck (never seen): end it
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
@@ -140,7 +149,8 @@ def run_guarded(
                 f"{program[0]} ran past its {seconds:g} s and was stopped; the end of its "
                 f"log:\n{_tail(log)}"
             ) from None
-        guarded.stop()
+        finally:  # an interrupt, too, ends the program and what it started
+            guarded.stop()
         if guarded.process.returncode != 0:
             raise BackgroundError(
                 f"{program[0]} exited with code {guarded.process.returncode}; the end of its "
@@ -161,11 +171,14 @@ class Server:
         return _tail(self._log)
 
 
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def _ready(url: str) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with _DIRECT.open(url, timeout=2) as response:
             return bool(response.status == 200)
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
+    except (urllib.error.URLError, ConnectionError, TimeoutError, http.client.HTTPException):
         return False
 
 
@@ -211,12 +224,19 @@ def free_port() -> int:
 
 
 def _end_group(group: int, program: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the group; SIGKILL to whatever of it is left after the grace period."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(group, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        program.wait(timeout=GRACE_SECONDS)
+    deadline = time.monotonic() + GRACE_SECONDS
+    while time.monotonic() < deadline:
+        program.poll()  # reap the program, so that a zombie does not count as left
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return  # the whole group is gone
+        time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(group, signal.SIGKILL)  # what the program started and left behind
+        os.killpg(group, signal.SIGKILL)
 
 
 def _guard(arguments: Sequence[str]) -> int:
@@ -225,8 +245,8 @@ def _guard(arguments: Sequence[str]) -> int:
     watched_fd, separator, *program_command = arguments
     if separator != "--" or not program_command:
         raise SystemExit("usage: python -m tpuready.background FD -- COMMAND ...")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     program = subprocess.Popen(program_command, start_new_session=True)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # after the start: the program keeps SIGINT
     ended = threading.Event()
 
     def watch_caller() -> None:
@@ -236,9 +256,12 @@ def _guard(arguments: Sequence[str]) -> int:
         ended.set()
         _end_group(program.pid, program)
 
-    threading.Thread(target=watch_caller, daemon=True).start()
+    watcher = threading.Thread(target=watch_caller, daemon=True)
+    watcher.start()
     code = program.wait()
-    if not ended.is_set():
+    if ended.is_set():
+        watcher.join()  # it is ending the group: let it finish before this process exits
+    else:
         _end_group(program.pid, program)
     return code
 
