@@ -37,7 +37,7 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 BUNDLE_NAME = "tpuready-workshop"
 BUNDLE_FOLDER = "downloads"  # inside the site; the workshop page links here
 BUNDLE_FILES = REPOSITORY / "scripts" / "workshop_bundle"  # Makefile, README, wheelhouse script
-NOTEBOOK_FOLDERS = ("workers", "data", "examples", "serving")  # what the notebooks use
+NOTEBOOK_FOLDERS = ("workers", "data", "examples", "serving", "titan")  # what the notebooks use
 GLUE_PREFIX = "application/papermill.record/"
 # {glue:text}`key` or {glue:text}`key:format`, as the chapters write them.
 GLUE_TEXT = re.compile(r"\{glue:text\}`([A-Za-z0-9_]+)(?::([^`]*))?`")
