@@ -2,8 +2,8 @@
 
 The last test runs chapter 19's checker (`notebooks/titan/ch19_check.py`) in the TorchTitan venv:
 TorchTitan 0.3.0's own config classes, `ParallelDims` and mesh construction on a fake process
-group of 8,192 ranks accept the flags `titan_flags` writes and reject the mistakes the chapter
-shows, each naming the flag `rejected_flag` finds.
+group of 16,384 ranks (8,192 v7 chips of two devices) accept the flags `titan_flags` writes and
+reject the mistakes the chapter shows, each naming the flag `rejected_flag` finds.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from tpuready.titan import (
     rejected_flag,
     titan_degrees,
     titan_flags,
+    titan_options,
 )
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -37,11 +38,13 @@ QWEN3_235B = ModelConfig("Qwen3-235B-A22B", 94, 4096, 64, 4, 128, 128, 8, 1536, 
 NAMES = {"module": "qwen3_235b", "config": "qwen3_235b_a22b"}
 
 
-def plan_for(mesh: dict[str, int], *, recompute: bool = False, seq_len: int = 4096):
+def plan_for(
+    mesh: dict[str, int], *, recompute: bool = False, seq_len: int = 4096, chip: str = "v7"
+):
     return make_plan(
         QWEN3_235B,
         mesh,
-        "v7",
+        chip,
         num_chips=math.prod(mesh.values()),
         global_batch=8192,
         seq_len=seq_len,
@@ -49,24 +52,14 @@ def plan_for(mesh: dict[str, int], *, recompute: bool = False, seq_len: int = 40
     )
 
 
-def as_options(flags: list[str]) -> dict[str, str]:
-    """`--name value` pairs and bare switches (value '') of a flag list, minus the subcommand."""
-    options, index = {}, 0
-    while index < len(flags):
-        flag = flags[index]
-        if index + 1 < len(flags) and not flags[index + 1].startswith(("--", "activation")):
-            options[flag], index = flags[index + 1], index + 2
-        else:
-            options[flag], index = "", index + 1
-    return options
-
-
 def test_chapter_9s_best_mesh_by_hand():
     flags = titan_flags(plan_for({"fsdp": 1024, "expert": 8}), **NAMES)
     assert flags == [
         "--module", "qwen3_235b", "--config", "qwen3_235b_a22b",
+        "--parallelism.pipeline_parallel_degree", "1",
         "--parallelism.data_parallel_replicate_degree", "1",
         "--parallelism.data_parallel_shard_degree", "8192",
+        "--parallelism.context_parallel_degree", "2",  # a v7 chip is two devices
         "--parallelism.tensor_parallel_degree", "1",
         "--parallelism.expert_parallel_degree", "8",
         "--training.local_batch_size", "1",
@@ -79,54 +72,71 @@ def test_chapter_9s_best_mesh_by_hand():
 
 def test_data_axis_and_recompute():
     flags = titan_flags(plan_for({"data": 2, "fsdp": 128, "expert": 32}, recompute=True), **NAMES)
-    options = as_options(flags)
+    options = titan_options(flags)
     assert options["--parallelism.data_parallel_replicate_degree"] == "2"
     assert options["--parallelism.data_parallel_shard_degree"] == "4096"
     assert options["--training.local_batch_size"] == "1"
     assert flags[-1] == "activation-checkpoint:full"
 
 
+def test_a_one_device_chip_has_no_context_parallelism():
+    options = titan_options(titan_flags(plan_for({"fsdp": 256, "tensor": 4}, chip="v5p"), **NAMES))
+    assert options["--parallelism.context_parallel_degree"] == "1"
+    assert options["--parallelism.tensor_parallel_degree"] == "4"
+    assert options["--training.local_batch_size"] == "32"  # 8192 sequences over 256 ranks
+
+
+# A plan may have an expert axis or a tensor axis, not both (TorchTitan has no such layout).
 mesh_sizes = st.fixed_dictionaries(
-    {},
-    optional={axis: st.sampled_from([1, 2, 4, 8, 16]) for axis in ("data", "fsdp", "expert")}
-    | {"tensor": st.sampled_from([1, 2, 4])},
+    {}, optional={axis: st.sampled_from([1, 2, 4, 8, 16]) for axis in ("data", "fsdp")}
+) | st.one_of(
+    st.fixed_dictionaries({"expert": st.sampled_from([1, 2, 4, 8, 16])}),
+    st.fixed_dictionaries({"tensor": st.sampled_from([1, 2, 4])}),
 )
 
 
 @settings(deadline=None, max_examples=80)
-@given(mesh=mesh_sizes)
-def test_degrees_cover_the_world_as_torchtitan_requires(mesh):
-    degrees = titan_degrees(mesh)
-    world = math.prod(mesh.values())
-    replicate, shard = (
-        degrees["data_parallel_replicate_degree"],
-        degrees["data_parallel_shard_degree"],
-    )
-    tensor, expert = degrees["tensor_parallel_degree"], degrees["expert_parallel_degree"]
-    # ParallelDims: dp_replicate x dp_shard x cp x tp x pp is the world (cp = pp = 1 here).
-    assert replicate * shard * tensor == world
-    # Expert parallelism borrows from dp_shard x tp, and efsdp is the plan's fsdp x tensor.
-    assert (shard * tensor) % expert == 0
-    assert shard * tensor // expert == mesh.get("fsdp", 1) * tensor
+@given(mesh=mesh_sizes, devices_per_chip=st.sampled_from([1, 2]))
+def test_degrees_satisfy_torchtitans_mesh_rules(mesh, devices_per_chip):
+    degrees = titan_degrees(mesh, devices_per_chip=devices_per_chip)
+    pp, replicate, shard, context, tensor, expert = degrees.values()
+    assert list(degrees) == [  # TorchTitan's mesh order, then ep
+        f"{name}_degree"
+        for name in (
+            "pipeline_parallel",
+            "data_parallel_replicate",
+            "data_parallel_shard",
+            "context_parallel",
+            "tensor_parallel",
+            "expert_parallel",
+        )
+    ]
+    # ParallelDims: the degrees multiply to the world, one rank per device.
+    assert pp * replicate * shard * context * tensor == math.prod(mesh.values()) * devices_per_chip
+    # The sparse region (efsdp x ep) covers the dense one's ranks (dp_shard x cp x tp).
+    assert (shard * context * tensor) % expert == 0
+    efsdp = shard * context * tensor // expert
+    assert replicate * efsdp * expert * pp == math.prod(mesh.values()) * devices_per_chip
 
 
 @settings(deadline=None, max_examples=40)
-@given(mesh=mesh_sizes, recompute=st.booleans())
-def test_batch_flags_multiply_back_to_the_global_batch(mesh, recompute):
+@given(mesh=mesh_sizes, recompute=st.booleans(), chip=st.sampled_from(["v5p", "v7"]))
+def test_each_chip_trains_the_plans_tokens(mesh, recompute, chip):
     plan = make_plan(
         QWEN3_235B,
         mesh,
-        "v7",
+        chip,
         num_chips=math.prod(mesh.values()),
         global_batch=8 * 8 * 16 * 16,
         seq_len=4096,
         recompute=recompute,
     )
-    options = as_options(titan_flags(plan, **NAMES))
-    batch_ranks = int(options["--parallelism.data_parallel_replicate_degree"]) * int(
-        options["--parallelism.data_parallel_shard_degree"]
-    )
-    assert int(options["--training.local_batch_size"]) * batch_ranks == plan.global_batch
+    options = titan_options(titan_flags(plan, **NAMES))
+    # A dp rank's sequences are one chip's (its devices split them with cp; tensor ranks share
+    # them): what the plan counts per chip.
+    local = int(options["--training.local_batch_size"])
+    assert local * int(options["--training.seq_len"]) == plan.tokens_per_chip
+    assert int(options["--parallelism.context_parallel_degree"]) == plan.chip.devices_per_chip
     assert int(options["--training.global_batch_size"]) == plan.global_batch
     assert "--training.disable_cuda_graphs" in options
 
@@ -137,14 +147,23 @@ def test_batch_flags_multiply_back_to_the_global_batch(mesh, recompute):
         (lambda: titan_degrees({"pipeline": 2}), "unknown mesh axes ['pipeline']"),
         (lambda: titan_degrees({"fsdp": 2.0}), "mesh['fsdp']"),
         (lambda: titan_degrees([("fsdp", 2)]), "mesh must map axis names"),
+        (lambda: titan_degrees({"fsdp": 2}, devices_per_chip=0), "devices_per_chip"),
+        (
+            lambda: titan_degrees({"fsdp": 128, "expert": 16, "tensor": 4}),
+            "mesh['expert']=16 with mesh['tensor']=4",
+        ),
         (lambda: titan_flags({"fsdp": 8}, **NAMES), "use make_plan"),
         (
             lambda: titan_flags(plan_for({"fsdp": 8}), module="qwen3-235b", config="c"),
-            "module must be a Python name",
+            "module must be a Python module name",
         ),
         (
-            lambda: titan_flags(plan_for({"fsdp": 4, "tensor": 2}, seq_len=4095), **NAMES),
-            "--training.seq_len",
+            lambda: titan_flags(plan_for({"fsdp": 8}), module="qwen3_235b", config="a.b"),
+            "config must be a Python function name",
+        ),
+        (  # a v7 plan: tp 2 x 2 cp 2 = 8 must divide the sequence length
+            lambda: titan_flags(plan_for({"fsdp": 4, "tensor": 2}, seq_len=4092), **NAMES),
+            "seq_len=4092 is not divisible by 8",
         ),
     ],
 )
@@ -170,6 +189,13 @@ def test_bad_input_names_the_value(call, needle):
         ),
         ("Unrecognized options: --parallelism.expert_parallel, 8", "--parallelism.expert_parallel"),
         (
+            "Unrecognized options: --parallelism.expert_parallel, 8 Perhaps you meant: "
+            "--parallelism.expert-parallel-degree",
+            "--parallelism.expert_parallel_degree",
+        ),
+        ("Cannot import module 'qwen3_nope' or 'qwen3_nope.config_registry'.", "--module"),
+        ("Config function 'nope' not found in qwen3_235b.", "--config"),
+        (
             "Invalid parallel dims: dp_replicate(1) * dp_shard(1024) * cp(1) * tp(1) * pp(1) "
             "!= WORLD_SIZE(8192)",
             "--parallelism.data_parallel_shard_degree",
@@ -193,6 +219,25 @@ def test_rejection_without_a_flag_says_so():
     raise_for_rejection({"accepted": True})  # accepted: nothing raised
 
 
+def test_options_read_every_spelling_torchtitan_takes():
+    flags = [
+        "--module", "qwen3_235b",
+        "--parallelism.expert-parallel-degree=8",
+        "--training.disable_cuda_graphs",
+        "--training.seq_len", "4096",
+        "activation-checkpoint:full",
+    ]  # fmt: skip
+    assert titan_options(flags) == {
+        "--module": "qwen3_235b",
+        "--parallelism.expert_parallel_degree": "8",
+        "--training.disable_cuda_graphs": "",
+        "--training.seq_len": "4096",
+        "activation-checkpoint:full": "",
+    }
+    with pytest.raises(TypeError, match="list of strings"):
+        titan_options("--module qwen3_235b")
+
+
 def titan_python() -> Path:
     if TITAN_PYTHON.exists():
         return TITAN_PYTHON
@@ -203,15 +248,28 @@ def titan_python() -> Path:
 
 def test_torchtitan_accepts_the_flags_and_rejects_the_mistakes():
     best = titan_flags(plan_for({"fsdp": 1024, "expert": 8}), **NAMES)
-    recomputed = titan_flags(
-        plan_for({"data": 2, "fsdp": 128, "expert": 32}, recompute=True), **NAMES
-    )
-    naive = list(best)
-    naive[naive.index("--parallelism.data_parallel_shard_degree") + 1] = "1024"
-    graphs = [flag for flag in best if flag != "--training.disable_cuda_graphs"]
-    cases = {"best": best, "recomputed": recomputed, "naive": naive, "graphs": graphs}
+    cases = {
+        "best": best,
+        "recomputed": titan_flags(
+            plan_for({"data": 2, "fsdp": 128, "expert": 32}, recompute=True), **NAMES
+        ),
+        "tensor": titan_flags(plan_for({"fsdp": 2048, "tensor": 4}), **NAMES),
+        "naive": [
+            "1024" if flags_index == best.index("--parallelism.data_parallel_shard_degree") + 1
+            else flag
+            for flags_index, flag in enumerate(best)
+        ],
+        "graphs": [flag for flag in best if flag != "--training.disable_cuda_graphs"],
+        "misspelt": [
+            "--parallelism.expert_parallel" if flag == "--parallelism.expert_parallel_degree"
+            else flag
+            for flag in best
+        ],
+        "module": ["--module", "qwen3_nope", *best[2:]],
+    }  # fmt: skip
+    devices = 8192 * 2  # chapter 9's v7 chips, two devices each
     printed = subprocess.run(
-        [str(titan_python()), str(CHECKER), "8192", json.dumps(
+        [str(titan_python()), str(CHECKER), str(devices), json.dumps(
             [{"name": name, "flags": flags} for name, flags in cases.items()]
         )],
         capture_output=True, text=True, timeout=240, check=True,
@@ -219,15 +277,27 @@ def test_torchtitan_accepts_the_flags_and_rejects_the_mistakes():
     ).stdout  # fmt: skip
     report = json.loads(printed.splitlines()[-1])
     results = {result["name"]: result for result in report["results"]}
-    assert results["best"]["accepted"] and results["recomputed"]["accepted"]
-    assert dict(map(tuple, results["best"]["meshes"]["sparse"])) == {
-        "pp": 1, "dp_replicate": 1, "efsdp": 1024, "ep": 8,
+    assert all(results[name]["accepted"] for name in ("best", "recomputed", "tensor"))
+    meshes = {
+        name: {mesh: dict(map(tuple, axes)) for mesh, axes in results[name]["meshes"].items()}
+        for name in ("best", "tensor")
+    }
+    assert meshes["best"]["sparse"] == {"pp": 1, "dp_replicate": 1, "efsdp": 2048, "ep": 8}
+    assert meshes["best"]["dense"]["cp"] == 2
+    assert meshes["tensor"]["dense"] == {
+        "pp": 1, "dp_replicate": 1, "dp_shard": 2048, "cp": 2, "tp": 4,
     }  # fmt: skip
     assert results["best"]["activation_checkpoint"] is None
     assert results["recomputed"]["activation_checkpoint"] == "FullAC.Config"
     assert results["recomputed"]["degrees"]["dp_replicate"] == 2
-    assert rejected_flag(results["naive"]["message"]) == "--parallelism.data_parallel_shard_degree"
-    assert rejected_flag(results["graphs"]["message"]) == "--training.disable_cuda_graphs"
+    for name, flag in {
+        "naive": "--parallelism.data_parallel_shard_degree",
+        "graphs": "--training.disable_cuda_graphs",
+        "misspelt": "--parallelism.expert_parallel_degree",  # tyro's suggestion
+        "module": "--module",
+    }.items():
+        assert not results[name]["accepted"], name
+        assert rejected_flag(results[name]["message"]) == flag, results[name]
     # TorchTitan's own 235B-A22B counts the parameters chapter 9 counted from transformers.
     assert report["model"]["params"] == QWEN3_235B.total_params
     assert "CUDA" in report["model"]["stopped"]

@@ -6,28 +6,34 @@ in a venv of its own (`.venv-titan`, `requirements-titan.txt`); this module does
 TorchTitan 0.3.0 builds its meshes from a world of ranks, in the order pp, dp_replicate,
 dp_shard, cp, tp for the dense layers. Expert parallelism borrows its ranks from the dense
 region: the experts' mesh is (dp_replicate, efsdp, ep) with efsdp = dp_shard x cp x tp / ep.
-A plan's axes map onto that as follows (`titan_degrees`):
+A rank is a device, and a plan counts chips: a TPU v7 chip is two devices. A plan's axes map
+onto that as follows (`titan_degrees`):
 
 - `data` (replicated weights, all-reduced gradients) is `data_parallel_replicate_degree`;
 - `fsdp` and `expert` together are `data_parallel_shard_degree`: a plan shards the dense
   weights and splits the batch over both, and so does TorchTitan's dp_shard;
 - `expert` is also `expert_parallel_degree`, and TorchTitan's efsdp then equals the plan's
-  fsdp x tensor;
+  fsdp times the devices per chip;
 - `tensor` is `tensor_parallel_degree`. TorchTitan splits attention and the dense FFN over it
-  (with sequence parallelism on by default, so `seq_len` must divide by it) but not the
-  experts, which it shards FSDP-style over efsdp, where a plan cuts each expert's FFN width.
+  but not the experts when `expert` is above 1 (it shards them FSDP-style over efsdp and
+  reuses tp to split tokens), so a plan with both has no TorchTitan equivalent and is refused;
+- the devices of one chip are `context_parallel_degree`: they split the chip's sequences,
+  so each chip keeps the plan's batch, weights and tokens, halved per device on a v7
+  (FSDP shards over dp_shard x cp). Twice the shard degree would need twice the sequences.
+- `pipeline_parallel_degree` is 1: a plan has no pipeline axis.
 
 The flags also carry the batch (`local_batch_size` per dp rank, `global_batch_size`), the
-sequence length, activation checkpointing (`activation-checkpoint:full` when the plan
-recomputes, `:none` when not) and `--training.disable_cuda_graphs`: TorchTitan 0.3.0 captures
-CUDA graphs by default and refuses expert parallelism's all-to-all dispatcher under them;
-a TPU has no CUDA graphs to capture.
+sequence length (TorchTitan's trainer wants it divisible by tp x 2 cp, sequence parallelism
+and load-balanced context parallelism), activation checkpointing (`activation-checkpoint:full`
+when the plan recomputes, `:none` when not) and `--training.disable_cuda_graphs`: TorchTitan
+0.3.0 captures CUDA graphs by default and refuses expert parallelism's all-to-all dispatcher
+under them; a TPU has no CUDA graphs to capture.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from tpuready.plan import AXES, Plan, PlanError
 from tpuready.validate import InputError, whole_number
@@ -40,13 +46,17 @@ __all__ = [
     "rejected_flag",
     "titan_degrees",
     "titan_flags",
+    "titan_options",
 ]
 
 TITAN_VERSION = "0.3.0"
 """The TorchTitan release these flags are written for and checked against."""
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_MODULE = re.compile(rf"{_NAME}(\.{_NAME})*")  # a module path: --module imports it
+_FUNCTION = re.compile(_NAME)  # a function in it: --config looks it up with getattr
 _FLAG = re.compile(r"--[a-z][a-z0-9_.-]*[a-z0-9]")
+_SUGGESTED = re.compile(r"Perhaps you meant:?\s*(--[a-z][a-z0-9_.-]*[a-z0-9])")
 
 
 class TitanConfigError(PlanError):
@@ -57,8 +67,9 @@ class TitanRejection(InputError):
     """TorchTitan refused a configuration; the message quotes it and names the flag to fix."""
 
 
-def titan_degrees(mesh: Mapping[str, int]) -> dict[str, int]:
-    """TorchTitan's parallelism degrees, by flag name, for a plan's mesh (a missing axis is 1)."""
+def titan_degrees(mesh: Mapping[str, int], *, devices_per_chip: int = 1) -> dict[str, int]:
+    """TorchTitan's six parallelism degrees, by flag name in its mesh order, for a plan's mesh
+    (a missing axis is 1) on chips of `devices_per_chip` devices (`Chip.devices_per_chip`)."""
     if not isinstance(mesh, Mapping):
         raise TitanConfigError(f"mesh must map axis names to sizes, got {mesh!r}: use plan.mesh")
     unknown = sorted(set(mesh) - set(AXES))
@@ -73,31 +84,53 @@ def titan_degrees(mesh: Mapping[str, int]) -> dict[str, int]:
         )
         for axis in AXES
     )
+    devices = whole_number(
+        "devices_per_chip",
+        devices_per_chip,
+        fix="pass the chip's devices_per_chip from tpuready.hardware",
+        error=TitanConfigError,
+    )
+    if expert > 1 and tensor > 1:
+        raise TitanConfigError(
+            f"mesh['expert']={expert} with mesh['tensor']={tensor} has no TorchTitan "
+            f"{TITAN_VERSION} equivalent: with expert parallelism it shards the experts over "
+            "efsdp and reuses tensor_parallel_degree to split tokens, not each expert's width; "
+            "plan without one of them"
+        )
     return {
+        "pipeline_parallel_degree": 1,
         "data_parallel_replicate_degree": data,
         "data_parallel_shard_degree": fsdp * expert,
+        "context_parallel_degree": devices,
         "tensor_parallel_degree": tensor,
         "expert_parallel_degree": expert,
     }
 
 
 def titan_flags(plan: Plan, *, module: str, config: str) -> list[str]:
-    """`python -m torchtitan.train`'s arguments for `plan`, with TorchTitan's config registry
-    `module` and its function `config` (which supplies the model): the map in the docstring."""
+    """`python -m torchtitan.train`'s arguments for `plan` on its chip's devices, with
+    TorchTitan's config registry `module` and its function `config` (which supplies the
+    model): the map in the module docstring."""
     if not isinstance(plan, Plan):
         raise TitanConfigError(f"plan must be a tpuready.plan.Plan, got {plan!r}: use make_plan")
-    for name, value in (("module", module), ("config", config)):
-        if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
+    for name, value, pattern, example in (
+        ("module", module, _MODULE, "qwen3_235b"),
+        ("config", config, _FUNCTION, "qwen3_235b_a22b"),
+    ):
+        if not isinstance(value, str) or not pattern.fullmatch(value):
             raise TitanConfigError(
-                f"{name} must be a Python name such as 'qwen3_235b', got {value!r}: "
-                f"TorchTitan imports it for --{name}"
+                f"{name} must be a Python {'module' if name == 'module' else 'function'} name "
+                f"such as {example!r}, got {value!r}: TorchTitan imports it for --{name}"
             )
-    degrees = titan_degrees(plan.mesh)
-    tensor = degrees["tensor_parallel_degree"]
-    if plan.seq_len % tensor:
+    degrees = titan_degrees(plan.mesh, devices_per_chip=plan.chip.devices_per_chip)
+    tensor, context = degrees["tensor_parallel_degree"], degrees["context_parallel_degree"]
+    divisor = tensor * (2 * context if context > 1 else 1)
+    if plan.seq_len % divisor:
         raise TitanConfigError(
-            f"seq_len={plan.seq_len} is not divisible by tensor={tensor}: TorchTitan's sequence "
-            "parallelism splits --training.seq_len over --parallelism.tensor_parallel_degree"
+            f"seq_len={plan.seq_len} is not divisible by {divisor}: TorchTitan's trainer splits "
+            f"--training.seq_len over --parallelism.tensor_parallel_degree {tensor} (sequence "
+            f"parallelism) and 2 x --parallelism.context_parallel_degree {context} (load "
+            "balancing, when above 1); pick a sequence length they divide"
         )
     batch_ranks = degrees["data_parallel_replicate_degree"] * degrees["data_parallel_shard_degree"]
     flags = ["--module", module, "--config", config]
@@ -116,16 +149,43 @@ def titan_flags(plan: Plan, *, module: str, config: str) -> list[str]:
     return flags
 
 
+def titan_options(flags: Sequence[str]) -> dict[str, str]:
+    """`flags` as TorchTitan reads them: `--name value` and `--name=value` pairs by name with
+    underscores (tyro takes hyphens too), a switch as '' and the subcommand as its own key."""
+    if isinstance(flags, str) or not all(isinstance(flag, str) for flag in flags):
+        raise TypeError(f"flags must be a list of strings, got {flags!r}: use titan_flags")
+    options, index = {}, 0
+    while index < len(flags):
+        flag, index = flags[index], index + 1
+        if not flag.startswith("--"):
+            options[flag] = ""  # the subcommand, e.g. activation-checkpoint:full
+            continue
+        name, equals, value = flag.partition("=")
+        name = "--" + name[2:].replace("-", "_")
+        following = flags[index] if index < len(flags) else "--"
+        # A value follows its flag; a switch is followed by a flag or the subcommand.
+        if not equals and not following.startswith("--") and ":" not in following:
+            value, index = following, index + 1
+        options[name] = value
+    return options
+
+
 def rejected_flag(message: str) -> str:
-    """The flag a TorchTitan 0.3.0 error points at: the first flag the message names (tyro
-    spells them with hyphens, the book with underscores); for `ParallelDims`' product check,
+    """The flag a TorchTitan 0.3.0 error points at: the one tyro suggests ("Perhaps you meant"),
+    else the first flag the message names (tyro spells them with hyphens, the book with
+    underscores); `--module` or `--config` when TorchTitan cannot find them; for
+    `ParallelDims`' product check,
     the shard degree (the one TorchTitan fills from the world size); for a mesh that does not
     unflatten after that check passed, the expert degree (efsdp x ep is the only product left)."""
     if not isinstance(message, str):
         raise TypeError(f"message must be TorchTitan's error text, got {message!r}")
-    named = _FLAG.search(message)
+    named = _SUGGESTED.search(message) or _FLAG.search(message)
     if named:
-        return named.group().replace("-", "_").replace("__", "--", 1)
+        return "--" + named.group(named.lastindex or 0)[2:].replace("-", "_")
+    if message.startswith("Cannot import module"):
+        return "--module"
+    if message.startswith("Config function"):
+        return "--config"
     if message.startswith("Invalid parallel dims"):
         return "--parallelism.data_parallel_shard_degree"
     if "unflatten" in message:

@@ -30,7 +30,8 @@ TPU_NAMES = ("TPU v5e", "TPU v5p", "TPU v6e", "TPU v7")
 
 
 def tyro_message(text: str) -> str:
-    """The first paragraph of tyro's error box (drawn in lines or dashes)."""
+    """The first paragraph of tyro's error box (drawn in lines or dashes),
+    and the first flag it suggests under "Perhaps you meant:"."""
     frame = " \u2502\u256d\u256e\u2570\u256f"
     lines = [line.strip(frame) for line in text.splitlines()]
     # Rules, and a boxed title, start with three dashes or "\u2500 ".
@@ -40,7 +41,12 @@ def tyro_message(text: str) -> str:
         if re.match("[-\u2500]{3}|\u2500 ", line)
     ]
     body = lines[rules[0] + 1 : rules[1]] if len(rules) > 1 else lines
-    return re.sub(r"\s+", " ", " ".join(body)).strip()
+    message = re.sub(r"\s+", " ", " ".join(body)).strip()
+    if "Perhaps you meant:" in lines:
+        after = lines[lines.index("Perhaps you meant:") + 1 :]
+        suggested = next(line.split()[0] for line in after if line)
+        message += f" Perhaps you meant: {suggested}"
+    return message
 
 
 def parse(flags: list[str]) -> object:
@@ -57,7 +63,7 @@ def check(flags: list[str], world_size: int) -> tuple[dict, object]:
     """One case's result, and its ParallelDims when TorchTitan accepts it."""
     try:
         config = parse(flags)
-    except ValueError as error:
+    except (ValueError, ImportError) as error:  # tyro, or --module/--config
         return {
             "accepted": False,
             "stage": "parse",
@@ -88,8 +94,10 @@ def check(flags: list[str], world_size: int) -> tuple[dict, object]:
     result = {
         "accepted": True,
         "degrees": {
+            "pp": dims.pp,
             "dp_replicate": dims.dp_replicate,
             "dp_shard": dims.dp_shard,
+            "cp": dims.cp,
             "tp": dims.tp,
             "ep": dims.ep,
         },
