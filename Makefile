@@ -68,7 +68,7 @@ help:
 	@echo "                FRESH=1 also replaces stored timing samples of unchanged cells"
 	@echo "make nbval      validate notebooks against their stored outputs under two CPU kernel paths (one: NB=...)"
 	@echo "make bench      execute every notebook 3 times; write book/execution-statistics.md"
-	@echo "                (TOOLKIT=1: re-time only its toolkit section: the audit, the buckets)"
+	@echo "                (ONLY=toolkit or ONLY=serving: re-time only that section)"
 	@echo "make verify     execute every notebook on this machine; record it in verification/ (one: NB=...)"
 	@echo "make serve      serve _build/html on http://127.0.0.1:8000"
 	@echo "make lab        open Jupyter Lab on notebooks/ with the venv's kernel"
@@ -189,7 +189,7 @@ notebooks: venv stack-venvs
 	$(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) scripts/notebooks.py execute $(if $(FRESH),--fresh) $(NB)
 
 bench: venv stack-venvs
-	$(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) scripts/notebooks.py bench --runs 3 $(if $(TOOLKIT),--toolkit-only)
+	$(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) scripts/notebooks.py bench --runs 3 $(if $(ONLY),--only $(ONLY))
 
 # Record where the notebooks ran in full (scripts/verify.py): under the conditions of
 # `make notebooks`, in a temporary copy, then rebuild book/verification.md from every record,

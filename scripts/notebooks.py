@@ -2,6 +2,7 @@
 
     python scripts/notebooks.py execute [NOTEBOOK ...]   # re-run in place, store outputs
     python scripts/notebooks.py bench [--runs 3]         # time every notebook, write the page
+    python scripts/notebooks.py bench --only serving     # re-time one section of the page
 
 The Makefile runs this with the environment the tests use (offline guard, one thread,
 fixed hash seed), so stored outputs and nbval's re-runs see the same conditions.
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from serving_bench import serving_section
 from verify import RAISES_TAG, let_expected_cells_raise
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -167,13 +169,24 @@ def toolkit_section(runs: int = 3) -> str:
     )
 
 
-def rewrite_toolkit_section(runs: int) -> None:
-    """Re-time only the toolkit and replace that section of the statistics page."""
+# The page's timed sections after the notebooks' table, in order: heading, what writes it.
+SECTIONS = {
+    "toolkit": (TOOLKIT_HEADING, toolkit_section),
+    "serving": ("## Serving: vLLM and transformers", serving_section),
+}
+
+
+def rewrite_section(name: str, runs: int) -> None:
+    """Re-time one section of the statistics page and replace it there (or add it last),
+    the rest kept."""
+    heading, write = SECTIONS[name]
     page = STATISTICS_PAGE.read_text()
-    head, found, _ = page.partition(TOOLKIT_HEADING)
-    if not found:
-        raise SystemExit(f"{STATISTICS_PAGE}: no '{TOOLKIT_HEADING}' section; run the full bench")
-    STATISTICS_PAGE.write_text(f"{head}{TOOLKIT_HEADING}\n\n{toolkit_section(runs)}")
+    head, found, rest = page.partition(f"{heading}\n")
+    if not found:  # a new section goes last
+        head, rest = f"{page.rstrip()}\n\n", ""
+    following = rest.find("\n## ")  # the next section, kept as it is
+    tail = rest[following:] if following >= 0 else ""
+    STATISTICS_PAGE.write_text(f"{head}{heading}\n\n{write(runs)}{tail}")
 
 
 def bench(paths: list[Path], runs: int) -> None:
@@ -186,8 +199,11 @@ def bench(paths: list[Path], runs: int) -> None:
         rows.append((path.name, statistics.median(times), min(times), max(times)))
         print(f"{path.name}: median {rows[-1][1]:.1f} s over {runs} runs", flush=True)
     total = sum(row[1] for row in rows)
-    toolkit = toolkit_section(runs)
-    print(toolkit, flush=True)
+    sections = ""
+    for heading, write in SECTIONS.values():
+        body = write(runs)
+        print(body, flush=True)
+        sections += f"\n{heading}\n\n{body}"
     table = "\n".join(
         f"| `{name}` | {median:.1f} | {low:.1f} | {high:.1f} |" for name, median, low, high in rows
     )
@@ -208,10 +224,7 @@ notebook on a 2-core CPU.
 |---|---|---|---|
 {table}
 | **Total** | **{total:.1f}** | | |
-
-{TOOLKIT_HEADING}
-
-{toolkit}"""
+{sections}"""
     )
     print(f"wrote {STATISTICS_PAGE.relative_to(REPOSITORY)}; total median {total:.1f} s")
 
@@ -328,7 +341,7 @@ def main(argv: list[str]) -> int:
     bench_parser = commands.add_parser("bench", help="time every notebook, write the page")
     bench_parser.add_argument("--runs", type=int, default=3)
     bench_parser.add_argument(
-        "--toolkit-only", action="store_true", help="re-time only the toolkit section"
+        "--only", choices=list(SECTIONS), help="re-time only this section of the page"
     )
     arguments = parser.parse_args(argv)
     if arguments.command == "execute":
@@ -340,8 +353,8 @@ def main(argv: list[str]) -> int:
     else:
         if arguments.runs < 1:
             parser.error(f"--runs must be at least 1, got {arguments.runs}")
-        if arguments.toolkit_only:
-            rewrite_toolkit_section(arguments.runs)
+        if arguments.only:
+            rewrite_section(arguments.only, arguments.runs)
         else:
             bench(all_notebooks(), arguments.runs)
     return 0

@@ -202,3 +202,23 @@ def test_audit_speed_reports_each_tool_against_ast_parse(tmp_path: Path) -> None
     for line, goal in ((audit_line, "1.0x"), (diff_line, "3.0x")):
         assert re.search(rf"x `ast.parse` \((meets|misses) the goal of {re.escape(goal)}\)", line)
     assert (package / "train.py").read_text().count(".cuda()") == 50  # --diff writes nothing
+
+
+def test_rewrite_section_replaces_one_section_and_keeps_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    page = tmp_path / "statistics.md"
+    page.write_text("# Stats\n\n| table |\n\n## A\n\nold a\n\n## B\n\nold b\n")
+    monkeypatch.setattr(executor, "STATISTICS_PAGE", page)
+    monkeypatch.setattr(
+        executor,
+        "SECTIONS",
+        {
+            "a": ("## A", lambda runs: f"new a, {runs} runs\n"),
+            "c": ("## C", lambda runs: "new c\n"),
+        },
+    )
+    executor.rewrite_section("a", 2)
+    assert page.read_text() == "# Stats\n\n| table |\n\n## A\n\nnew a, 2 runs\n\n## B\n\nold b\n"
+    executor.rewrite_section("c", 1)  # not on the page yet: it goes last
+    assert page.read_text().endswith("## B\n\nold b\n\n## C\n\nnew c\n")
