@@ -61,7 +61,8 @@ def test_chapter_9s_best_mesh_by_hand():
         "--parallelism.data_parallel_shard_degree", "8192",
         "--parallelism.context_parallel_degree", "2",  # a v7 chip is two devices
         "--parallelism.tensor_parallel_degree", "1",
-        "--parallelism.expert_parallel_degree", "8",
+        "--parallelism.expert_parallel_degree", "16",  # each device half a chip's experts
+        "--parallelism.context_parallel_load_balancer", "ptrr",  # for FlexAttention
         "--training.local_batch_size", "1",
         "--training.global_batch_size", "8192",
         "--training.seq_len", "4096",
@@ -87,17 +88,20 @@ def test_a_one_device_chip_has_no_context_parallelism():
 
 
 # A plan may have an expert axis or a tensor axis, not both (TorchTitan has no such layout).
-mesh_sizes = st.fixed_dictionaries(
-    {}, optional={axis: st.sampled_from([1, 2, 4, 8, 16]) for axis in ("data", "fsdp")}
-) | st.one_of(
-    st.fixed_dictionaries({"expert": st.sampled_from([1, 2, 4, 8, 16])}),
-    st.fixed_dictionaries({"tensor": st.sampled_from([1, 2, 4])}),
-)
+mesh_sizes = st.tuples(
+    st.fixed_dictionaries(
+        {}, optional={axis: st.sampled_from([1, 2, 4, 8, 16]) for axis in ("data", "fsdp")}
+    ),
+    st.one_of(
+        st.fixed_dictionaries({"expert": st.sampled_from([1, 2, 4, 8, 16])}),
+        st.fixed_dictionaries({"tensor": st.sampled_from([1, 2, 4])}),
+    ),
+).map(lambda parts: parts[0] | parts[1])
 
 
 @settings(deadline=None, max_examples=80)
 @given(mesh=mesh_sizes, devices_per_chip=st.sampled_from([1, 2]))
-def test_degrees_satisfy_torchtitans_mesh_rules(mesh, devices_per_chip):
+def test_degrees_satisfy_torchtitans_mesh_rules_and_keep_the_plans_experts(mesh, devices_per_chip):
     degrees = titan_degrees(mesh, devices_per_chip=devices_per_chip)
     pp, replicate, shard, context, tensor, expert = degrees.values()
     assert list(degrees) == [  # TorchTitan's mesh order, then ep
@@ -113,10 +117,18 @@ def test_degrees_satisfy_torchtitans_mesh_rules(mesh, devices_per_chip):
     ]
     # ParallelDims: the degrees multiply to the world, one rank per device.
     assert pp * replicate * shard * context * tensor == math.prod(mesh.values()) * devices_per_chip
-    # The sparse region (efsdp x ep) covers the dense one's ranks (dp_shard x cp x tp).
+    # EP borrows from dp_shard x cp x tp; what is left, efsdp, FSDP-shards the experts.
     assert (shard * context * tensor) % expert == 0
     efsdp = shard * context * tensor // expert
-    assert replicate * efsdp * expert * pp == math.prod(mesh.values()) * devices_per_chip
+    if mesh.get("expert", 1) > 1:
+        # The plan's layout: experts sharded over its fsdp axis, an expert group spanning its
+        # expert chips, and each chip holding num_experts / expert of them.
+        assert efsdp == mesh.get("fsdp", 1)
+        assert expert == mesh["expert"] * devices_per_chip
+        chip_experts = QWEN3_235B.num_experts // expert * devices_per_chip
+        assert chip_experts == QWEN3_235B.num_experts // mesh["expert"]
+    else:
+        assert expert == 1  # no expert parallelism: experts split like dense weights
 
 
 @settings(deadline=None, max_examples=40)
@@ -136,8 +148,12 @@ def test_each_chip_trains_the_plans_tokens(mesh, recompute, chip):
     # them): what the plan counts per chip.
     local = int(options["--training.local_batch_size"])
     assert local * int(options["--training.seq_len"]) == plan.tokens_per_chip
-    assert int(options["--parallelism.context_parallel_degree"]) == plan.chip.devices_per_chip
-    assert int(options["--training.global_batch_size"]) == plan.global_batch
+    batch_ranks = int(options["--parallelism.data_parallel_replicate_degree"]) * int(
+        options["--parallelism.data_parallel_shard_degree"]
+    )
+    assert local * batch_ranks == int(options["--training.global_batch_size"]) == plan.global_batch
+    balancer = options.get("--parallelism.context_parallel_load_balancer")
+    assert balancer == ("ptrr" if plan.chip.devices_per_chip > 1 else None)
     assert "--training.disable_cuda_graphs" in options
 
 
@@ -161,9 +177,15 @@ def test_each_chip_trains_the_plans_tokens(mesh, recompute, chip):
             lambda: titan_flags(plan_for({"fsdp": 8}), module="qwen3_235b", config="a.b"),
             "config must be a Python function name",
         ),
-        (  # a v7 plan: tp 2 x 2 cp 2 = 8 must divide the sequence length
-            lambda: titan_flags(plan_for({"fsdp": 4, "tensor": 2}, seq_len=4092), **NAMES),
-            "seq_len=4092 is not divisible by 8",
+        (  # a v7 plan: cp 2 x 128 (FlexAttention's block masks) must divide it
+            lambda: titan_flags(plan_for({"fsdp": 4, "tensor": 2}, seq_len=4104), **NAMES),
+            "seq_len=4104 is not divisible by 256",
+        ),
+        (  # one device a chip: tp alone (sequence parallelism)
+            lambda: titan_flags(
+                plan_for({"fsdp": 4, "tensor": 2}, seq_len=4095, chip="v5p"), **NAMES
+            ),
+            "seq_len=4095 is not divisible by 2",
         ),
     ],
 )
@@ -225,6 +247,7 @@ def test_options_read_every_spelling_torchtitan_takes():
         "--parallelism.expert-parallel-degree=8",
         "--training.disable_cuda_graphs",
         "--training.seq_len", "4096",
+        "--checkpoint.folder", "gs://bucket/run",
         "activation-checkpoint:full",
     ]  # fmt: skip
     assert titan_options(flags) == {
@@ -232,6 +255,7 @@ def test_options_read_every_spelling_torchtitan_takes():
         "--parallelism.expert_parallel_degree": "8",
         "--training.disable_cuda_graphs": "",
         "--training.seq_len": "4096",
+        "--checkpoint.folder": "gs://bucket/run",  # a colon, but a value
         "activation-checkpoint:full": "",
     }
     with pytest.raises(TypeError, match="list of strings"):
@@ -282,11 +306,15 @@ def test_torchtitan_accepts_the_flags_and_rejects_the_mistakes():
         name: {mesh: dict(map(tuple, axes)) for mesh, axes in results[name]["meshes"].items()}
         for name in ("best", "tensor")
     }
-    assert meshes["best"]["sparse"] == {"pp": 1, "dp_replicate": 1, "efsdp": 2048, "ep": 8}
+    # The plan's experts: FSDP over its fsdp axis, an expert group of 8 chips' 16 devices.
+    assert meshes["best"]["sparse"] == {"pp": 1, "dp_replicate": 1, "efsdp": 1024, "ep": 16}
     assert meshes["best"]["dense"]["cp"] == 2
+    # Rank 0's groups: its cp partner is rank 1 (tp 1), its expert group ranks 0 to 15.
+    assert results["best"]["groups"] == {"cp": [0, 1], "ep": list(range(16))}
     assert meshes["tensor"]["dense"] == {
         "pp": 1, "dp_replicate": 1, "dp_shard": 2048, "cp": 2, "tp": 4,
     }  # fmt: skip
+    assert results["tensor"]["groups"] == {"cp": [0, 4], "tp": [0, 1, 2, 3]}  # partner r + tp
     assert results["best"]["activation_checkpoint"] is None
     assert results["recomputed"]["activation_checkpoint"] == "FullAC.Config"
     assert results["recomputed"]["degrees"]["dp_replicate"] == 2

@@ -12,26 +12,34 @@ onto that as follows (`titan_degrees`):
 - `data` (replicated weights, all-reduced gradients) is `data_parallel_replicate_degree`;
 - `fsdp` and `expert` together are `data_parallel_shard_degree`: a plan shards the dense
   weights and splits the batch over both, and so does TorchTitan's dp_shard;
-- `expert` is also `expert_parallel_degree`, and TorchTitan's efsdp then equals the plan's
-  fsdp times the devices per chip;
 - `tensor` is `tensor_parallel_degree`. TorchTitan splits attention and the dense FFN over it
-  but not the experts when `expert` is above 1 (it shards them FSDP-style over efsdp and
+  but not the experts when expert parallelism is on (it shards them FSDP-style over efsdp and
   reuses tp to split tokens), so a plan with both has no TorchTitan equivalent and is refused;
-- the devices of one chip are `context_parallel_degree`: they split the chip's sequences,
-  so each chip keeps the plan's batch, weights and tokens, halved per device on a v7
-  (FSDP shards over dp_shard x cp). Twice the shard degree would need twice the sequences.
+- the devices of one chip are `context_parallel_degree`: they split each of the chip's
+  sequences (twice the shard degree would need twice the sequences), and FSDP shards the
+  dense weights over dp_shard x cp;
+- `expert` times the devices per chip is `expert_parallel_degree`: each device holds half of
+  its chip's experts, the expert group spans the plan's `expert` chips and efsdp equals the
+  plan's `fsdp`, so each chip stores and gathers the plan's experts. With `expert` 1 it is 1.
 - `pipeline_parallel_degree` is 1: a plan has no pipeline axis.
 
+What a chip stores is then the plan's; what it moves is not quite: each device gathers whole
+dense layers for its half of the sequences (twice the plan's dense gathers per chip), and
+attention's keys and values pass between a chip's devices. The plan counts neither.
+
 The flags also carry the batch (`local_batch_size` per dp rank, `global_batch_size`), the
-sequence length (TorchTitan's trainer wants it divisible by tp x 2 cp, sequence parallelism
-and load-balanced context parallelism), activation checkpointing (`activation-checkpoint:full`
-when the plan recomputes, `:none` when not) and `--training.disable_cuda_graphs`: TorchTitan
-0.3.0 captures CUDA graphs by default and refuses expert parallelism's all-to-all dispatcher
-under them; a TPU has no CUDA graphs to capture.
+sequence length, activation checkpointing (`activation-checkpoint:full` when the plan
+recomputes, `:none` when not) and `--training.disable_cuda_graphs`: TorchTitan 0.3.0 captures
+CUDA graphs by default and refuses expert parallelism's all-to-all dispatcher under them; a
+TPU has no CUDA graphs to capture. With context parallelism they name the load balancer that
+TorchTitan documents for FlexAttention, Qwen3's attention (`ptrr`; its default, `headtail`,
+is for SDPA), and the sequence length must divide as TorchTitan's trainer (tp x 2 cp) and
+PyTorch's context-parallel block masks (cp x 128) require.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 
@@ -56,6 +64,7 @@ _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _MODULE = re.compile(rf"{_NAME}(\.{_NAME})*")  # a module path: --module imports it
 _FUNCTION = re.compile(_NAME)  # a function in it: --config looks it up with getattr
 _FLAG = re.compile(r"--[a-z][a-z0-9_.-]*[a-z0-9]")
+_SUBCOMMAND = re.compile(r"[a-z][a-z0-9-]*:[a-z0-9_-]+")  # activation-checkpoint:full
 _SUGGESTED = re.compile(r"Perhaps you meant:?\s*(--[a-z][a-z0-9_.-]*[a-z0-9])")
 
 
@@ -103,7 +112,7 @@ def titan_degrees(mesh: Mapping[str, int], *, devices_per_chip: int = 1) -> dict
         "data_parallel_shard_degree": fsdp * expert,
         "context_parallel_degree": devices,
         "tensor_parallel_degree": tensor,
-        "expert_parallel_degree": expert,
+        "expert_parallel_degree": expert * devices if expert > 1 else 1,
     }
 
 
@@ -124,18 +133,23 @@ def titan_flags(plan: Plan, *, module: str, config: str) -> list[str]:
             )
     degrees = titan_degrees(plan.mesh, devices_per_chip=plan.chip.devices_per_chip)
     tensor, context = degrees["tensor_parallel_degree"], degrees["context_parallel_degree"]
-    divisor = tensor * (2 * context if context > 1 else 1)
+    # The trainer's rule (sequence parallelism over tp, load balancing over 2 cp) and, with
+    # context parallelism, PyTorch's block masks (cp x 128, FlexAttention's block size).
+    divisor = tensor * 2 * context if context > 1 else tensor
+    divisor = math.lcm(divisor, 128 * context) if context > 1 else divisor
     if plan.seq_len % divisor:
         raise TitanConfigError(
-            f"seq_len={plan.seq_len} is not divisible by {divisor}: TorchTitan's trainer splits "
-            f"--training.seq_len over --parallelism.tensor_parallel_degree {tensor} (sequence "
-            f"parallelism) and 2 x --parallelism.context_parallel_degree {context} (load "
-            "balancing, when above 1); pick a sequence length they divide"
+            f"seq_len={plan.seq_len} is not divisible by {divisor}: --training.seq_len must "
+            f"divide by --parallelism.tensor_parallel_degree {tensor} (sequence parallelism) "
+            f"and, with --parallelism.context_parallel_degree {context} above 1, by 2 x and "
+            "128 x that degree (load balancing, FlexAttention's blocks); pick such a length"
         )
     batch_ranks = degrees["data_parallel_replicate_degree"] * degrees["data_parallel_shard_degree"]
     flags = ["--module", module, "--config", config]
     for name, degree in degrees.items():
         flags += [f"--parallelism.{name}", str(degree)]
+    if context > 1:
+        flags += ["--parallelism.context_parallel_load_balancer", "ptrr"]
     flags += [
         "--training.local_batch_size",
         str(plan.global_batch // batch_ranks),
@@ -164,7 +178,7 @@ def titan_options(flags: Sequence[str]) -> dict[str, str]:
         name = "--" + name[2:].replace("-", "_")
         following = flags[index] if index < len(flags) else "--"
         # A value follows its flag; a switch is followed by a flag or the subcommand.
-        if not equals and not following.startswith("--") and ":" not in following:
+        if not equals and not following.startswith("--") and not _SUBCOMMAND.fullmatch(following):
             value, index = following, index + 1
         options[name] = value
     return options

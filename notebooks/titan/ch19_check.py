@@ -4,14 +4,17 @@
 
 CASES_JSON is a list of {"name": ..., "flags": [...]}: the command-line
 flags of `torchtitan.train`, `--module` and `--config` included. Each case
-goes through what TorchTitan 0.3.0 does before it touches a device:
-`ConfigManager.parse_args` (its config classes, through tyro), then
-`ParallelDims` (the degrees against the world size), then
-`ParallelDims.build_mesh` on a fake process group of WORLD_SIZE ranks.
-For the first accepted case it also builds the model on the meta device
-and calls the model's `parallelize_fn`, which is where a CPU stops; and
-it reads the bf16 peak TorchTitan's MFU divides by for each TPU.
-Prints one JSON line; TorchTitan's log goes to standard error.
+goes through TorchTitan 0.3.0's own code up to `parallelize_fn`, without
+its device calls: `ConfigManager.parse_args` (its config classes, through
+tyro), then `ParallelDims` (the degrees against the world size), then
+`ParallelDims.build_mesh` on a fake process group of WORLD_SIZE ranks,
+whose rank 0's groups it reports. The trainer's own batch and sequence
+checks are not run (`tpuready.titan.titan_flags` keeps to them); the
+global batch is reported as the trainer derives it. For the first
+accepted case it also builds the model on the meta device and calls the
+model's `parallelize_fn`, which is where a CPU stops; and it reads the
+bf16 peak TorchTitan's MFU divides by for each TPU. Prints one JSON
+line; TorchTitan's log goes to standard error.
 """
 
 import contextlib
@@ -88,6 +91,16 @@ def check(flags: list[str], world_size: int) -> tuple[dict, object]:
         for name, mesh in dims._global_meshes.items()
     }
     training = config.training
+    batch_ranks = dims.dp_replicate * dims.dp_shard
+    global_batch = training.global_batch_size
+    if global_batch < 0:  # the trainer's default: one accumulation step
+        global_batch = training.local_batch_size * batch_ranks
+    # Rank 0's group on each parallel axis that is on.
+    groups = {
+        name: mesh.mesh.flatten().tolist()
+        for name in ("cp", "tp", "ep")
+        if (mesh := dims.get_optional_mesh(name)) is not None
+    }
     checkpointing = config.activation_checkpoint  # None when off
     if checkpointing is not None:
         checkpointing = type(checkpointing).__qualname__
@@ -102,8 +115,9 @@ def check(flags: list[str], world_size: int) -> tuple[dict, object]:
             "ep": dims.ep,
         },
         "meshes": meshes,
+        "groups": groups,
         "local_batch_size": training.local_batch_size,
-        "global_batch_size": training.global_batch_size,
+        "global_batch_size": global_batch,
         "seq_len": training.seq_len,
         "activation_checkpoint": checkpointing,
         "model": f"{config.model_spec.name} {config.model_spec.flavor}",
