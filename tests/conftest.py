@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import nbformat
@@ -118,3 +120,18 @@ def run_torchrun_with_stderr(
     json_lines = [line for line in completed.stdout.splitlines() if line.startswith(("{", "["))]
     assert len(json_lines) == 1, f"expected one JSON line from rank 0:\n{completed.stdout}"
     return json.loads(json_lines[0]), completed.stderr
+
+
+def load_script(name: str) -> ModuleType:
+    """`scripts/<name>.py` as a module, with `scripts/` on the path while it loads, as when it
+    runs (the scripts import their siblings)."""
+    scripts = str(REPOSITORY / "scripts")
+    sys.path.insert(0, scripts)
+    try:
+        spec = importlib.util.spec_from_file_location(name, f"{scripts}/{name}.py")
+        assert spec and spec.loader, name
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(scripts)
+    return module

@@ -2,35 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import REPOSITORY
+from conftest import REPOSITORY, load_script
 from notebook_time_budget import notebook_of, over_budget
 
 pytest_plugins = ["pytester"]
 
 
-def _load_executor():  # type: ignore[no-untyped-def]
-    scripts = str(REPOSITORY / "scripts")
-    sys.path.insert(0, scripts)  # notebooks.py imports its sibling verify.py, as when it runs
-    try:
-        spec = importlib.util.spec_from_file_location("notebooks", f"{scripts}/notebooks.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(scripts)
-    return module
-
-
-executor = _load_executor()
+executor = load_script("notebooks")
 
 
 def _notebook(*cells: tuple[str, str]) -> nbformat.NotebookNode:

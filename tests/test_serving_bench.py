@@ -6,29 +6,10 @@ hold the prompts and the arithmetic of the page's section to what it states.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
-from conftest import REPOSITORY
+from conftest import load_script
 
-
-def _load():  # type: ignore[no-untyped-def]
-    scripts = str(REPOSITORY / "scripts")
-    sys.path.insert(0, scripts)
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "serving_bench", f"{scripts}/serving_bench.py"
-        )
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(scripts)
-    return module
-
-
-bench = _load()
+bench = load_script("serving_bench")
 
 
 def test_prompts_are_distinct_short_openings_of_the_corpus() -> None:
