@@ -138,9 +138,11 @@ lint: venv
 	$(VENV)/bin/ruff format --check tpuready tests scripts scripts/no_network book/_ext
 	$(VENV)/bin/ruff check notebooks
 
+# unit and site list their 15 slowest tests: make test is over its 15-minute budget, and
+# every run's list says where the time goes.
 unit: venv
 	$(NOTEBOOK_ENV) $(VENV)/bin/pytest -n 2 tests --ignore=tests/test_site.py \
-	  --ignore=tests/test_lab.py
+	  --ignore=tests/test_lab.py --durations=15
 
 # Stored outputs must hold on any reader's CPU, so nbval checks them under two CPU kernel paths.
 # MKL, oneDNN and ATen's vectorised kernels each pick their code by instruction set (AVX2,
@@ -183,7 +185,7 @@ nbval-portable: venv stack-venvs
 
 # The browser checks: the built site (tests/test_site.py) and Jupyter Lab (tests/test_lab.py).
 site: venv chromium
-	$(VENV)/bin/pytest tests/test_site.py tests/test_lab.py
+	$(VENV)/bin/pytest tests/test_site.py tests/test_lab.py --durations=15
 
 notebooks: venv stack-venvs
 	$(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) scripts/notebooks.py execute $(if $(FRESH),--fresh) $(NB)
