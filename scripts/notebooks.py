@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -178,15 +179,20 @@ SECTIONS = {
 
 def rewrite_section(name: str, runs: int) -> None:
     """Re-time one section of the statistics page and replace it there (or add it last),
-    the rest kept."""
+    the rest kept. Sections are the page's `## ` headings (the sections hold no code blocks)."""
     heading, write = SECTIONS[name]
+    if not STATISTICS_PAGE.is_file():
+        raise SystemExit(f"{STATISTICS_PAGE} is missing: run the full `make bench` first")
     page = STATISTICS_PAGE.read_text()
-    head, found, rest = page.partition(f"{heading}\n")
-    if not found:  # a new section goes last
+    body = write(runs)  # measured before the page is touched: a failure leaves it as it was
+    found = re.search(rf"^{re.escape(heading)}[ \t]*$", page, flags=re.MULTILINE)
+    if found is None:  # a new section goes last
         head, rest = f"{page.rstrip()}\n\n", ""
-    following = rest.find("\n## ")  # the next section, kept as it is
-    tail = rest[following:] if following >= 0 else ""
-    STATISTICS_PAGE.write_text(f"{head}{heading}\n\n{write(runs)}{tail}")
+    else:
+        head, rest = page[: found.start()], page[found.end() :]
+    following = re.search(r"^## ", rest, flags=re.MULTILINE)  # the next section, kept
+    tail = "\n" + rest[following.start() :] if following else ""
+    STATISTICS_PAGE.write_text(f"{head}{heading}\n\n{body}{tail}")
 
 
 def bench(paths: list[Path], runs: int) -> None:
@@ -199,11 +205,6 @@ def bench(paths: list[Path], runs: int) -> None:
         rows.append((path.name, statistics.median(times), min(times), max(times)))
         print(f"{path.name}: median {rows[-1][1]:.1f} s over {runs} runs", flush=True)
     total = sum(row[1] for row in rows)
-    sections = ""
-    for heading, write in SECTIONS.values():
-        body = write(runs)
-        print(body, flush=True)
-        sections += f"\n{heading}\n\n{body}"
     table = "\n".join(
         f"| `{name}` | {median:.1f} | {low:.1f} | {high:.1f} |" for name, median, low, high in rows
     )
@@ -224,8 +225,11 @@ notebook on a 2-core CPU.
 |---|---|---|---|
 {table}
 | **Total** | **{total:.1f}** | | |
-{sections}"""
+"""
     )
+    # Each section after the table, added one at a time: one that fails keeps the rest.
+    for name in SECTIONS:
+        rewrite_section(name, runs)
     print(f"wrote {STATISTICS_PAGE.relative_to(REPOSITORY)}; total median {total:.1f} s")
 
 
@@ -327,7 +331,17 @@ def _machine_description() -> str:
     import os
     import platform
 
-    return f"{os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}"
+    cpuinfo = Path("/proc/cpuinfo")
+    names = (
+        re.findall(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), flags=re.MULTILINE)
+        if cpuinfo.exists()
+        else []
+    )
+    model = f" ({names[0].strip()})" if names else ""
+    return (
+        f"{os.cpu_count()} CPU cores{model}, {platform.machine()}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def main(argv: list[str]) -> int:

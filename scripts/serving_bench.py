@@ -4,9 +4,11 @@ Both serve chapter 18's tiny Qwen3 (built from a config, float32, a tokenizer tr
 book's corpus) the same 16 prompts, greedily, for exactly `NEW_TOKENS` tokens each, in the same
 run. transformers runs in this process, batched (left padding) and one prompt at a time; vLLM
 runs its offline engine in the vLLM venv (`scripts/serving_bench_vllm.py`). Each side is timed
-the same way, by wall clock around a call that returns the tokens: one token for the time to
-the first token of the batch, `NEW_TOKENS` tokens for the throughput. vLLM's engine start is
-reported apart. The greedy tokens must agree, or the comparison is refused.
+the same way, by wall clock around a call that takes token ids and returns token ids: one token
+for the time to the first token of the batch (the prefill), `NEW_TOKENS` tokens for the
+throughput. vLLM's import and engine start are reported apart. The comparison is refused
+unless both sides give the same greedy tokens, exactly `NEW_TOKENS` of them, with the same
+number of torch threads.
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ CORPUS = REPOSITORY / "notebooks" / "data" / "tiny_corpus.txt"
 VLLM_PYTHON = REPOSITORY / ".venv-vllm" / "bin" / "python"
 VLLM_WORKER = REPOSITORY / "scripts" / "serving_bench_vllm.py"
 NUM_PROMPTS, PROMPT_WORDS, NEW_TOKENS = 16, 6, 32
-# vLLM's CPU settings, as in chapter 18: a 1 GiB KV cache, the engine in this process.
+# vLLM's CPU settings, as in chapter 18: a 1 GiB KV cache, the engine in this process; its log
+# on standard error, so that standard output holds only the worker's JSON line.
 VLLM_SETTINGS = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "VLLM_NO_USAGE_STATS": "1",
+    "VLLM_LOGGING_STREAM": "ext://sys.stderr",
     "HF_HUB_OFFLINE": "1",
 }
 
@@ -81,16 +85,19 @@ def save_tiny_qwen3(model_dir: Path):  # -> (model, tokenizer); imports are heav
 
 
 def transformers_side(model, tokenizer, texts: list[str], runs: int) -> dict[str, object]:
-    """Times of transformers' greedy `generate`, batched and one prompt at a time."""
+    """Times of transformers' greedy `generate`, batched and one prompt at a time; the prompts
+    are tokenized before the clock starts, as vLLM's side gets token ids."""
     import torch
 
-    def generate(batch: list[str], new_tokens: int) -> list[list[int]]:
-        inputs = tokenizer(batch, return_tensors="pt", padding=True, padding_side="left")
+    batch = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left")
+    singles = [tokenizer([text], return_tensors="pt") for text in texts]
+
+    def generate(inputs, new_tokens: int) -> list[list[int]]:
         with torch.no_grad():
             out = model.generate(
                 **inputs,
                 max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,  # exactly new_tokens, as vLLM's min = max
                 do_sample=False,
             )
         return out[:, inputs.input_ids.shape[1] :].tolist()
@@ -100,23 +107,29 @@ def transformers_side(model, tokenizer, texts: list[str], runs: int) -> dict[str
         result = call(*arguments)
         return time.perf_counter() - began, result
 
-    shape = model.config
-    result: dict[str, object] = {
-        "threads": torch.get_num_threads(),
-        "model": f"{shape.num_hidden_layers} layers, hidden size {shape.hidden_size}",
-    }
-    first, batched, single, tokens = [], [], [], None
+    def one_at_a_time() -> list[list[int]]:
+        return [generate(inputs, NEW_TOKENS)[0] for inputs in singles]
+
+    first, batched, single, tokens, alone = [], [], [], None, None
     for _ in range(runs):
-        first.append(timed(generate, texts, 1)[0])
-        seconds, tokens = timed(generate, texts, NEW_TOKENS)
+        first.append(timed(generate, batch, 1)[0])
+        seconds, tokens = timed(generate, batch, NEW_TOKENS)
         batched.append(seconds)
-        single.append(timed(lambda: [generate([t], NEW_TOKENS)[0] for t in texts])[0])
-    one_at_a_time = [generate([t], NEW_TOKENS)[0] for t in texts]
-    if tokens != one_at_a_time:
-        raise SystemExit("transformers' batched tokens differ from one prompt at a time")
-    result.update(first_token_seconds=first, generate_seconds=batched, single_seconds=single)
-    result["tokens"] = tokens
-    return result
+        seconds, alone = timed(one_at_a_time)
+        single.append(seconds)
+    if tokens != alone:
+        raise ValueError("transformers' batched tokens differ from one prompt at a time")
+    shape = model.config
+    return {
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "kernels": torch.backends.cpu.get_cpu_capability(),
+        "model": f"{shape.num_hidden_layers} layers, hidden size {shape.hidden_size}",
+        "first_token_seconds": first,
+        "generate_seconds": batched,
+        "single_seconds": single,
+        "tokens": tokens,
+    }
 
 
 def vllm_side(model_dir: Path, prompt_ids: list[list[int]], runs: int) -> dict[str, object]:
@@ -146,52 +159,88 @@ def serving_section(runs: int = 3) -> str:
     return serving_report(hf, vllm, num_prompts=len(texts), runs=runs)
 
 
+def _spread(values: list[float]) -> str:
+    """`values`' median with its range, for the page: `4,951 (4,800 to 5,100)`."""
+    low, high = min(values), max(values)
+    decimals = 0 if high >= 100 else 1
+    return (
+        f"{statistics.median(values):,.{decimals}f} ({low:,.{decimals}f} to {high:,.{decimals}f})"
+    )
+
+
 def serving_report(hf: dict, vllm: dict, *, num_prompts: int, runs: int) -> str:
-    """The section's Markdown from both sides' measurements; refused if their tokens differ."""
+    """The section's Markdown from both sides' measurements; refused unless both gave the same
+    greedy tokens, `NEW_TOKENS` a prompt, with the same number of torch threads."""
     if vllm["tokens"] != hf["tokens"]:
         raise ValueError("vLLM's greedy tokens differ from transformers': no comparison")
+    counts = sorted({len(tokens) for tokens in hf["tokens"]})
+    if len(hf["tokens"]) != num_prompts or counts != [NEW_TOKENS]:
+        raise ValueError(
+            f"expected {NEW_TOKENS} tokens for each of {num_prompts} prompts, got "
+            f"{len(hf['tokens'])} prompts with {counts} tokens: no comparison"
+        )
+    if vllm["threads"] != hf["threads"]:
+        raise ValueError(
+            f"vLLM ran {vllm['threads']} torch threads, transformers {hf['threads']}: run both "
+            "with the same OMP_NUM_THREADS (make bench sets 1)"
+        )
     generated = num_prompts * NEW_TOKENS
-    median = {
-        (side, key): statistics.median(values[key])
-        for side, values in (("hf", hf), ("vllm", vllm))
-        for key in ("first_token_seconds", "generate_seconds")
+    rates = {
+        "vllm": [generated / seconds for seconds in vllm["generate_seconds"]],
+        "hf": [generated / seconds for seconds in hf["generate_seconds"]],
+        "single": [generated / seconds for seconds in hf["single_seconds"]],
     }
-    single = statistics.median(hf["single_seconds"])
+    first_ms = {
+        side: [s * 1e3 for s in d["first_token_seconds"]]
+        for side, d in (("vllm", vllm), ("hf", hf))
+    }
+    vllm_name = f"vLLM {vllm['version']}, offline `LLM`"
     rows = [
-        (f"vLLM {vllm['version']}, offline `LLM`", median["vllm", "generate_seconds"],
-         median["vllm", "first_token_seconds"], vllm["threads"]),
-        ("transformers `generate`, batched", median["hf", "generate_seconds"],
-         median["hf", "first_token_seconds"], hf["threads"]),
-        ("transformers `generate`, one prompt at a time", single, None, hf["threads"]),
-    ]  # fmt: skip
-    table = "\n".join(
-        f"| {name} | {generated / seconds:,.0f} | "
-        + (f"{first * 1e3:,.0f}" if first is not None else "n/a")
-        + f" | {threads} |"
-        for name, seconds, first, threads in rows
+        (vllm_name, _spread(rates["vllm"]), _spread(first_ms["vllm"])),
+        ("transformers `generate`, batched", _spread(rates["hf"]), _spread(first_ms["hf"])),
+        ("transformers `generate`, one prompt at a time", _spread(rates["single"]), "n/a"),
+    ]
+    table = "\n".join(f"| {name} | {rate} | {first} |" for name, rate, first in rows)
+    median = statistics.median
+    throughput = median(rates["vllm"]) / median(rates["hf"])
+    first_token = median(first_ms["vllm"]) / median(first_ms["hf"])
+    batching_gain = median(rates["hf"]) / median(rates["single"])
+    overlap = min(rates["vllm"]) <= max(rates["hf"]) and min(rates["hf"]) <= max(rates["vllm"])
+    verdict = (
+        "the two throughput ranges overlap, so at this size, on this CPU, neither engine is "
+        "measurably faster"
+        if overlap
+        else "the two throughput ranges do not overlap"
     )
-    speedup = median["hf", "generate_seconds"] / median["vllm", "generate_seconds"]
-    batching_gain = single / median["hf", "generate_seconds"]
+    same_torch = vllm["torch"] == hf["torch"] and vllm["kernels"] == hf["kernels"]
+    kernels = (
+        f"torch {hf['torch']} with its {hf['kernels']} CPU kernels in both venvs"
+        if same_torch
+        else f"torch {hf['torch']} ({hf['kernels']}) for transformers, "
+        f"{vllm['torch']} ({vllm['kernels']}) for vLLM"
+    )
     return f"""Timed on {datetime.date.today().isoformat()}, on the machine above, in one run.
-Chapter 18's tiny Qwen3 ({hf["model"]}, float32, from a config) answers
-{num_prompts} prompts of {PROMPT_WORDS} words from the book's corpus, greedily, with exactly
-{NEW_TOKENS} new tokens each ({generated} tokens); vLLM's tokens equal transformers' (checked).
-Medians of {runs} runs, with the page's settings (one torch thread in each engine). Tokens per
-second is the {generated} tokens over the time of the call that returns them; the time to the
-first token is a call for one token per prompt: the whole batch's prefill and first step. vLLM
-runs with chapter 18's settings (`enforce_eager`; no prefix caching, so each run prefills
-again).
+Chapter 18's tiny Qwen3 ({hf["model"]}, float32, from a config) answers {num_prompts} prompts of
+{PROMPT_WORDS} words from the book's corpus, greedily, with exactly {NEW_TOKENS} new tokens each
+({generated} tokens); vLLM's tokens equal transformers' (checked). Each side ran {runs} times, the
+transformers runs first, with {hf["threads"]} torch thread each and {kernels}. Each call takes
+token ids and returns token ids (tokenizing is outside the clock, and vLLM does not
+detokenize). Tokens per second is the {generated} tokens over the time of the call; the time to
+the first token is a call for one token per prompt, the batch's prefill. vLLM runs with
+chapter 18's settings: `enforce_eager`, its engine in the same process
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`, so that it keeps the one thread; vLLM's CPU backend
+otherwise starts a worker process with threads bound to cores, not measured here), and no
+prefix caching, so each run prefills again.
 
-| Engine | Tokens/s | First token (ms) | Torch threads |
-|---|---|---|---|
+| Engine | Tokens/s: median (range) | First token, ms: median (range) |
+|---|---|---|
 {table}
 
-Not counted above: vLLM took {vllm["import_seconds"]:.1f} s to import and
-{vllm["start_seconds"]:.1f} s more to start its engine (load the model, profile memory,
-allocate the KV cache). Once started, its throughput was {speedup:.2f} times transformers'
-batched `generate` on this CPU, and batching alone made transformers {batching_gain:.1f} times
-faster than one prompt at a time. What carries over to a TPU is the method, not these speeds:
-the same prompts, the same tokens checked, the start timed apart. On a TPU, vLLM's start also
-compiles its buckets (chapter 16), and its speed comes from those compiled shapes and its
-paged KV cache, which a model this small cannot show.
+Not counted above: vLLM took {vllm["import_seconds"]:.1f} s to import torch and vLLM, and
+{vllm["start_seconds"]:.1f} s more to start its engine (load the model, allocate the KV cache).
+Its median throughput was {throughput:.2f} times transformers' batched `generate`, and its
+median time to the first token {first_token:.2f} times; {verdict}. Batching alone made
+transformers {batching_gain:.1f} times faster than one prompt at a time. None of these speeds
+carries over to a TPU; the method does: the same prompts, the same tokens checked, the start
+timed apart. On a TPU, vLLM's start also compiles its buckets (chapter 16).
 """

@@ -2,10 +2,12 @@
 
     python serving_bench_vllm.py MODEL_DIR NEW_TOKENS RUNS PROMPT_IDS_JSON
 
-Imports vLLM and starts its offline engine on the saved model (both timed), then `RUNS` times
-decodes every prompt greedily, once for one token (the time to the first token of the batch)
-and once for exactly NEW_TOKENS tokens (the throughput). Prefix caching is off, so every run
-computes its prompts again, as the first did. Prints one JSON line; vLLM's log goes to stderr.
+Imports torch and vLLM and starts vLLM's offline engine on the saved model (both timed), then
+`RUNS` times decodes every prompt greedily, once for one token (the prefill: the time to the
+first token of the batch) and once for exactly NEW_TOKENS tokens (the throughput). Prefix
+caching is off, so every run prefills its prompts; outputs stay token ids (no detokenizing,
+as transformers' side returns ids). Prints one JSON line on standard output; the caller sends
+vLLM's log to standard error (VLLM_LOGGING_STREAM).
 """
 
 import time
@@ -37,7 +39,13 @@ def main() -> None:
     start_seconds = time.perf_counter() - started
 
     def timed(max_tokens: int) -> tuple[float, list[list[int]]]:
-        greedy = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+        greedy = SamplingParams(  # exactly max_tokens, as transformers' min = max
+            temperature=0.0,
+            max_tokens=max_tokens,
+            min_tokens=max_tokens,
+            ignore_eos=True,
+            detokenize=False,
+        )
         began = time.perf_counter()
         outputs = llm.generate(prompts, greedy, use_tqdm=False)
         return time.perf_counter() - began, [list(o.outputs[0].token_ids) for o in outputs]
@@ -56,6 +64,8 @@ def main() -> None:
                 "generate_seconds": decode,
                 "tokens": tokens,
                 "threads": torch.get_num_threads(),
+                "torch": torch.__version__,
+                "kernels": torch.backends.cpu.get_cpu_capability(),
                 "version": vllm.__version__,
             }
         )

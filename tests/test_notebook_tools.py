@@ -193,17 +193,29 @@ def test_rewrite_section_replaces_one_section_and_keeps_the_rest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     page = tmp_path / "statistics.md"
-    page.write_text("# Stats\n\n| table |\n\n## A\n\nold a\n\n## B\n\nold b\n")
+    page.write_text("# Stats\n\n### A\n\nnot a section\n\n## A\n\nold a\n\n## B\n\nold b\n")
     monkeypatch.setattr(executor, "STATISTICS_PAGE", page)
     monkeypatch.setattr(
         executor,
         "SECTIONS",
         {
             "a": ("## A", lambda runs: f"new a, {runs} runs\n"),
+            "b": ("## B", lambda runs: "new b\n"),
             "c": ("## C", lambda runs: "new c\n"),
         },
     )
-    executor.rewrite_section("a", 2)
-    assert page.read_text() == "# Stats\n\n| table |\n\n## A\n\nnew a, 2 runs\n\n## B\n\nold b\n"
+    executor.rewrite_section("a", 2)  # a section followed by another
+    assert page.read_text() == (
+        "# Stats\n\n### A\n\nnot a section\n\n## A\n\nnew a, 2 runs\n\n## B\n\nold b\n"
+    )
+    executor.rewrite_section("b", 1)  # the last section
+    assert page.read_text().endswith("## A\n\nnew a, 2 runs\n\n## B\n\nnew b\n")
     executor.rewrite_section("c", 1)  # not on the page yet: it goes last
-    assert page.read_text().endswith("## B\n\nold b\n\n## C\n\nnew c\n")
+    assert page.read_text().endswith("## B\n\nnew b\n\n## C\n\nnew c\n")
+    assert page.read_text().count("## C") == 1
+
+
+def test_rewrite_section_names_a_missing_page(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(executor, "STATISTICS_PAGE", tmp_path / "missing.md")
+    with pytest.raises(SystemExit, match=re.escape("missing.md is missing: run the full")):
+        executor.rewrite_section("toolkit", 1)
