@@ -127,9 +127,13 @@ def titan_flags(plan: Plan, *, module: str, config: str) -> list[str]:
         ("config", config, _FUNCTION, "qwen3_235b_a22b"),
     ):
         if not isinstance(value, str) or not pattern.fullmatch(value):
+            kind, use = {
+                "module": ("module", "imports it"),
+                "config": ("function", "looks it up in the module"),
+            }[name]
             raise TitanConfigError(
-                f"{name} must be a Python {'module' if name == 'module' else 'function'} name "
-                f"such as {example!r}, got {value!r}: TorchTitan imports it for --{name}"
+                f"{name} must be a Python {kind} name such as {example!r}, got {value!r}: "
+                f"TorchTitan {use} for --{name}"
             )
     degrees = titan_degrees(plan.mesh, devices_per_chip=plan.chip.devices_per_chip)
     tensor, context = degrees["tensor_parallel_degree"], degrees["context_parallel_degree"]
@@ -188,9 +192,9 @@ def rejected_flag(message: str) -> str:
     """The flag a TorchTitan 0.3.0 error points at: the one tyro suggests ("Perhaps you meant"),
     else the first flag the message names (tyro spells them with hyphens, the book with
     underscores); `--module` or `--config` when TorchTitan cannot find them; for
-    `ParallelDims`' product check,
-    the shard degree (the one TorchTitan fills from the world size); for a mesh that does not
-    unflatten after that check passed, the expert degree (efsdp x ep is the only product left)."""
+    `ParallelDims`' product check, the shard degree (the one TorchTitan fills from the world
+    size); for a mesh that does not unflatten after that check passed, the expert degree
+    (efsdp x ep is the only product left)."""
     if not isinstance(message, str):
         raise TypeError(f"message must be TorchTitan's error text, got {message!r}")
     named = _SUGGESTED.search(message) or _FLAG.search(message)
