@@ -183,9 +183,12 @@ nbval-portable: venv stack-venvs
 	@echo "nbval, pass 2 of 2: portable kernels ($(PORTABLE_KERNELS))"
 	$(call nbval_run,$(NOTEBOOK_ENV) $(PORTABLE_KERNELS))
 
-# The browser checks: the built site (tests/test_site.py) and Jupyter Lab (tests/test_lab.py).
+# The browser checks: the built site (tests/test_site.py) and Jupyter Lab (tests/test_lab.py),
+# on two workers, which spend much of their time waiting on the browser. The first worker to
+# need the site builds it, and the other waits for it. `--dist loadscope` keeps a module's or a
+# class's tests on one worker: one Lab server, and one visit of every page at each width.
 site: venv chromium
-	$(VENV)/bin/pytest tests/test_site.py tests/test_lab.py --durations=15
+	$(VENV)/bin/pytest -n 2 --dist loadscope tests/test_site.py tests/test_lab.py --durations=15
 
 notebooks: venv stack-venvs
 	$(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) scripts/notebooks.py execute $(if $(FRESH),--fresh) $(NB)

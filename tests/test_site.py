@@ -9,9 +9,11 @@ wall-clock time (a loaded machine would make it flaky): speed is `make bench`'s 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import http.server
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -27,6 +29,7 @@ from urllib.parse import unquote, urljoin, urlparse
 import nbformat
 import pytest
 from conftest import REPOSITORY
+from filelock import FileLock
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 SITE = REPOSITORY / "_build" / "html"
@@ -42,9 +45,8 @@ CODE_LINE_LENGTH = 79
 THEME_FIRST_VISIT_MESSAGE = "Got invalid theme mode"
 
 
-@pytest.fixture(scope="session")
-def built_site() -> Path:
-    """Build the book as `make book` does, and fail on any warning."""
+def _build_book() -> dict[str, int | str]:
+    """Build the book as `make book` does; return jupyter-book's exit status and its log."""
     jupyter_book = Path(os.environ.get("VIRTUAL_ENV", REPOSITORY / ".venv")) / "bin/jupyter-book"
     shutil.rmtree(SITE.parent, ignore_errors=True)
     result = subprocess.run(
@@ -53,10 +55,25 @@ def built_site() -> Path:
         text=True,
         timeout=600,
     )
-    log = result.stdout + result.stderr
+    return {"returncode": result.returncode, "log": result.stdout + result.stderr}
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The book built once per run, and no warning: under xdist the first worker to ask builds
+    it and records the result, and the others wait for that record."""
+    if worker_id == "master":
+        build = _build_book()
+    else:
+        record = tmp_path_factory.getbasetemp().parent / "book-build.json"
+        with FileLock(f"{record}.lock"):
+            if not record.exists():
+                record.write_text(json.dumps(_build_book()), encoding="utf-8")
+            build = json.loads(record.read_text(encoding="utf-8"))
+    log = str(build["log"])
     warnings = [line for line in log.splitlines() if re.search(r"\b(WARNING|ERROR)\b", line)]
     assert warnings == [], "\n".join(warnings)
-    assert result.returncode == 0, log[-4000:]
+    assert build["returncode"] == 0, log[-4000:]
     return SITE
 
 
@@ -134,12 +151,19 @@ def test_every_internal_link_and_image_resolves(built_site: Path) -> None:
 @pytest.fixture(scope="session")
 def site_url(built_site: Path) -> Iterator[str]:
     handler = functools.partial(_QuietHandler, directory=str(built_site))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _QuietServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/"
     server.shutdown()
     server.server_close()
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A page closed while it still loads drops its connections: not an error of the site."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -185,31 +209,6 @@ class PageProblems:
     def _on_console(self, message) -> None:
         if message.type == "error" and THEME_FIRST_VISIT_MESSAGE not in message.text:
             self.messages.append(f"console {message.type}: {message.text}")
-
-
-@pytest.mark.browser
-def test_every_page_opens_without_console_errors(built_site, site_url, browser) -> None:
-    context = browser.new_context()
-    problems_by_page = {}
-    for path in site_pages(built_site):
-        relative = path.relative_to(built_site).as_posix()
-        page = context.new_page()
-        problems = PageProblems(page, site_url)
-        # networkidle: index.html redirects to the introduction, and search loads its index.
-        page.goto(urljoin(site_url, relative), wait_until="networkidle")
-        broken_images = page.evaluate(
-            "Array.from(document.images).filter(i => i.complete && i.naturalWidth === 0)"
-            ".map(i => i.src)"
-        )
-        problems.messages += [f"image did not load: {src}" for src in broken_images]
-        problems.messages += [
-            f"asked a host other than the site: {h}" for h in sorted(problems.external_hosts)
-        ]
-        if problems.messages:
-            problems_by_page[relative] = problems.messages
-        page.close()
-    context.close()
-    assert problems_by_page == {}
 
 
 @pytest.mark.browser
@@ -433,58 +432,151 @@ MEASURE_OVERFLOW = """() => {
 }"""
 
 
+# Colour contrast is four fifths of axe's time on a long chapter (every highlighted token is
+# checked). The colours come from the theme's and Pygments' style sheets, the same on every
+# page of a kind at every width, so contrast runs on one page of each kind at desktop width:
+# prose, a chapter with every code style, a generated table, the workshop's tables, a handout.
+CONTRAST_PAGES = {
+    "book/intro.html",
+    "notebooks/12_padding_and_bucketing.html",
+    "notebooks/reference_hardware.html",
+    WORKSHOP_PAGE,
+    HANDOUTS[0],
+}
+
+
+def serious_violations(axe, page, relative: str, width: int) -> list[str]:
+    """axe-core's serious and critical findings on the open page (contrast on CONTRAST_PAGES)."""
+    if relative == "index.html":  # only a redirect to book/intro.html, checked itself
+        return []
+    contrast = width == DESKTOP_WIDTH and relative in CONTRAST_PAGES
+    options = {"resultTypes": ["violations"], "rules": {"color-contrast": {"enabled": contrast}}}
+    return [
+        f"{violation['id']}: {[node['target'] for node in violation['nodes'][:3]]}"
+        for violation in axe.run(page, options=options).response["violations"]
+        if violation["impact"] in ("serious", "critical")
+    ]
+
+
+BROKEN_IMAGES = (
+    "() => Array.from(document.images).filter(i => i.complete && i.naturalWidth === 0)"
+    ".map(i => i.src)"
+)
+
+
+@dataclasses.dataclass
+class PageVisit:
+    """What one visit to a page found, for each check that reads it."""
+
+    problems: list[str]  # console errors, failed requests, broken images, other hosts asked
+    overflow: dict[str, list[str]] | None  # MEASURE_OVERFLOW's; None off the reader's pages
+    violations: list[str]  # axe's serious and critical findings
+
+
 @pytest.fixture(scope="session")
-def overflow_at(built_site, site_url, browser):
-    """`overflow_at(width)`: what scrolls sideways on every reader's page, measured once."""
+def survey(built_site, site_url, browser):
+    """`survey(width)`: every page opened once at `width`, and what each check reads from it.
+
+    Opening a page is about half of each check's time, so the console, overflow and axe checks share
+    one visit per page and width (the classes below keep a width's checks on one xdist worker).
+    """
+    from axe_playwright_python.sync_playwright import Axe
+
+    axe = Axe()
+    readers_pages = set(chapter_pages(built_site))
 
     @functools.cache
-    def measure(width: int) -> dict[str, dict[str, list[str]]]:
+    def visit_every_page(width: int) -> dict[str, PageVisit]:
         context = browser.new_context(viewport={"width": width, "height": 900})
-        page = context.new_page()
-        refuse_other_hosts(page, site_url)
-        found = {}
-        for relative in chapter_pages(built_site):
-            page.goto(urljoin(site_url, relative), wait_until="networkidle")
-            found[relative] = page.evaluate(MEASURE_OVERFLOW)
-        context.close()
-        return found
+        visits = {}
+        try:
+            for path in site_pages(built_site):
+                relative = path.relative_to(built_site).as_posix()
+                page = context.new_page()
+                problems = PageProblems(page, site_url)
+                # networkidle: index.html redirects to the introduction, search loads its
+                # index, and the layout measured below is the one with fonts and math in.
+                page.goto(urljoin(site_url, relative), wait_until="networkidle")
+                found = list(problems.messages)  # before axe runs its own script in the page
+                found += [f"image did not load: {src}" for src in page.evaluate(BROKEN_IMAGES)]
+                found += [f"asked a host other than the site: {h}" for h in problems.external_hosts]
+                visits[relative] = PageVisit(
+                    problems=sorted(found),
+                    overflow=page.evaluate(MEASURE_OVERFLOW) if relative in readers_pages else None,
+                    violations=serious_violations(axe, page, relative, width),
+                )
+                page.close()
+        finally:
+            context.close()
+        return visits
 
-    return measure
+    return visit_every_page
 
 
 def _report(found: dict[str, list[str]]) -> str:
     return "\n".join(f"{where}: {line}" for where, lines in found.items() for line in lines)
 
 
-@pytest.mark.browser
-@pytest.mark.parametrize("width", [DESKTOP_WIDTH, PHONE_WIDTH])
-def test_no_page_pans_sideways(overflow_at, width) -> None:
-    """Long inline code wraps and wide tables scroll in their box: the page never pans."""
-    found = overflow_at(width)
-    assert found, "no page measured"
-    panning = {page: overflow["page"] for page, overflow in found.items() if overflow["page"]}
-    assert panning == {}, _report(panning)
+class EveryPageAtOneWidth:
+    """The checks that read `survey`, at the subclass's `width`. `make site` runs the tests of
+    one class on one xdist worker (`--dist loadscope`), so each width's survey runs once."""
+
+    width: int
+
+    @pytest.mark.browser
+    def test_every_page_opens_without_console_errors(self, survey) -> None:
+        """No console error, failed request, broken image or other host asked, on any page."""
+        visits = survey(self.width).items()
+        assert {page: visit.problems for page, visit in visits if visit.problems} == {}
+
+    @pytest.mark.browser
+    def test_no_page_pans_sideways(self, survey) -> None:
+        """Long inline code wraps and wide tables scroll in their box: the page never pans."""
+        found = self.overflow(survey)
+        panning = {page: overflow["page"] for page, overflow in found.items() if overflow["page"]}
+        assert panning == {}, _report(panning)
+
+    @pytest.mark.browser
+    def test_axe_finds_no_serious_accessibility_violation(self, survey) -> None:
+        """axe-core (bundled by axe-playwright-python) on every page: nothing serious."""
+        visits = survey(self.width)
+        assert {page: visit.violations for page, visit in visits.items() if visit.violations} == {}
+        assert set(visits) >= CONTRAST_PAGES  # contrast was checked: its pages exist
+
+    def overflow(self, survey) -> dict[str, dict[str, list[str]]]:
+        """What scrolls sideways on each of the reader's pages at this width."""
+        visits = survey(self.width).items()
+        found = {page: visit.overflow for page, visit in visits if visit.overflow is not None}
+        assert found, "no page measured"
+        return found
 
 
-@pytest.mark.browser
-def test_code_cells_fit_the_column_at_desktop_width(overflow_at) -> None:
-    """At 1280 px no code cell's input or output scrolls sideways (79-character lines)."""
-    found = overflow_at(DESKTOP_WIDTH)
-    scrolling = {
-        f"{page} {kind}": overflow[kind]
-        for page, overflow in found.items()
-        for kind in ("inputs", "outputs")
-        if overflow[kind]
-    }
-    assert scrolling == {}, _report(scrolling)
+class TestEveryPageOnADesktop(EveryPageAtOneWidth):
+    width = DESKTOP_WIDTH
+
+    @pytest.mark.browser
+    def test_code_cells_fit_the_column(self, survey) -> None:
+        """At 1280 px no code cell's input or output scrolls sideways (79-character lines)."""
+        scrolling = {
+            f"{page} {kind}": overflow[kind]
+            for page, overflow in self.overflow(survey).items()
+            for kind in ("inputs", "outputs")
+            if overflow[kind]
+        }
+        assert scrolling == {}, _report(scrolling)
+
+    @pytest.mark.browser
+    def test_code_blocks_of_prose_pages_fit_the_column(self, survey) -> None:
+        """The shell and code blocks of prose pages (setup, workshop, handouts) do not scroll."""
+        found = self.overflow(survey)
+        scrolling = {
+            page: overflow["blocks"] for page, overflow in found.items() if overflow["blocks"]
+        }
+        assert scrolling == {}, _report(scrolling)
 
 
-@pytest.mark.browser
-def test_code_blocks_of_prose_pages_fit_the_column_at_desktop_width(overflow_at) -> None:
-    """The shell and code blocks of the prose pages (setup, workshop, handouts) do not scroll."""
-    found = overflow_at(DESKTOP_WIDTH)
-    scrolling = {page: overflow["blocks"] for page, overflow in found.items() if overflow["blocks"]}
-    assert scrolling == {}, _report(scrolling)
+class TestEveryPageOnAPhone(EveryPageAtOneWidth):
+    width = PHONE_WIDTH
 
 
 # Put one line of `length` characters into a copy of the page's first code input and first
@@ -594,50 +686,6 @@ def test_the_navigation_toggle_hides_and_shows_the_sidebar_on_a_desktop(site_url
         assert page.locator("#pst-header .bd-header__inner").count() == 0
     finally:
         page.close()
-
-
-# Colour contrast is four fifths of axe's time on a long chapter (every highlighted token is
-# checked). The colours come from the theme's and Pygments' style sheets, the same on every
-# page of a kind at every width, so contrast runs on one page of each kind at desktop width:
-# prose, a chapter with every code style, a generated table, the workshop's tables, a handout.
-CONTRAST_PAGES = {
-    "book/intro.html",
-    "notebooks/12_padding_and_bucketing.html",
-    "notebooks/reference_hardware.html",
-    WORKSHOP_PAGE,
-    HANDOUTS[0],
-}
-
-
-@pytest.mark.browser
-@pytest.mark.parametrize("width", [DESKTOP_WIDTH, PHONE_WIDTH])
-def test_axe_finds_no_serious_accessibility_violation(built_site, site_url, browser, width) -> None:
-    """axe-core (bundled by axe-playwright-python) on every page: nothing serious or critical."""
-    from axe_playwright_python.sync_playwright import Axe
-
-    axe = Axe()
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    refuse_other_hosts(page, site_url)
-    found = {}
-    try:
-        for path in site_pages(built_site):
-            relative = path.relative_to(built_site).as_posix()
-            if relative == "index.html":  # only a redirect to book/intro.html, checked itself
-                continue
-            contrast = width == DESKTOP_WIDTH and relative in CONTRAST_PAGES
-            options = {
-                "resultTypes": ["violations"],
-                "rules": {"color-contrast": {"enabled": contrast}},
-            }
-            page.goto(urljoin(site_url, relative), wait_until="load")
-            for violation in axe.run(page, options=options).response["violations"]:
-                if violation["impact"] in ("serious", "critical"):
-                    targets = [node["target"] for node in violation["nodes"][:3]]
-                    found.setdefault(relative, []).append(f"{violation['id']}: {targets}")
-    finally:
-        page.close()
-    assert found == {}
-    assert {p.relative_to(built_site).as_posix() for p in site_pages(built_site)} >= CONTRAST_PAGES
 
 
 def test_the_mapping_page_shows_every_entry_of_the_toolkits_table(built_site: Path) -> None:
