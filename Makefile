@@ -139,10 +139,9 @@ lint: venv
 	$(VENV)/bin/ruff check notebooks
 
 # unit and site list their 15 slowest tests: make test is over its 15-minute budget, and
-# every run's list says where the time goes. Three workers on two cores: some tests wait
-# (a rank's timeout, a grace period before SIGKILL) and the third fills that time.
+# every run's list says where the time goes.
 unit: venv
-	$(NOTEBOOK_ENV) $(VENV)/bin/pytest -n 3 tests --ignore=tests/test_site.py \
+	$(NOTEBOOK_ENV) $(VENV)/bin/pytest -n 2 tests --ignore=tests/test_site.py \
 	  --ignore=tests/test_lab.py --durations=15
 
 # Stored outputs must hold on any reader's CPU, so nbval checks them under two CPU kernel paths.
