@@ -21,15 +21,19 @@ import subprocess
 import sys
 import threading
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import TypedDict
 from urllib.parse import unquote, urljoin, urlparse
 
 import nbformat
 import pytest
+from axe_playwright_python.sync_playwright import Axe
 from conftest import REPOSITORY
 from filelock import FileLock
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 SITE = REPOSITORY / "_build" / "html"
@@ -45,23 +49,30 @@ CODE_LINE_LENGTH = 79
 THEME_FIRST_VISIT_MESSAGE = "Got invalid theme mode"
 
 
-def _build_book() -> dict[str, int | str]:
+class BookBuild(TypedDict):
+    returncode: int
+    log: str
+
+
+def _build_book() -> BookBuild:
     """Build the book as `make book` does; return jupyter-book's exit status and its log."""
     jupyter_book = Path(os.environ.get("VIRTUAL_ENV", REPOSITORY / ".venv")) / "bin/jupyter-book"
     shutil.rmtree(SITE.parent, ignore_errors=True)
-    result = subprocess.run(
-        [str(jupyter_book), "build", str(REPOSITORY), "-W", "-n", "--keep-going"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    try:
+        result = subprocess.run(
+            [str(jupyter_book), "build", str(REPOSITORY), "-W", "-n", "--keep-going"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    except (OSError, subprocess.SubprocessError) as error:  # recorded: no second try
+        return {"returncode": -1, "log": f"jupyter-book did not finish: {error!r}"}
     return {"returncode": result.returncode, "log": result.stdout + result.stderr}
 
 
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
-    """The book built once per run, and no warning: under xdist the first worker to ask builds
-    it and records the result, and the others wait for that record."""
+    """The book, built once per run (xdist workers wait for the first's record), with no warning."""
     if worker_id == "master":
         build = _build_book()
     else:
@@ -70,10 +81,11 @@ def built_site(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path
             if not record.exists():
                 record.write_text(json.dumps(_build_book()), encoding="utf-8")
             build = json.loads(record.read_text(encoding="utf-8"))
-    log = str(build["log"])
-    warnings = [line for line in log.splitlines() if re.search(r"\b(WARNING|ERROR)\b", line)]
+    warnings = [
+        line for line in build["log"].splitlines() if re.search(r"\b(WARNING|ERROR)\b", line)
+    ]
     assert warnings == [], "\n".join(warnings)
-    assert build["returncode"] == 0, log[-4000:]
+    assert build["returncode"] == 0, build["log"][-4000:]
     return SITE
 
 
@@ -445,7 +457,7 @@ CONTRAST_PAGES = {
 }
 
 
-def serious_violations(axe, page, relative: str, width: int) -> list[str]:
+def serious_violations(axe: Axe, page: Page, relative: str, width: int) -> list[str]:
     """axe-core's serious and critical findings on the open page (contrast on CONTRAST_PAGES)."""
     if relative == "index.html":  # only a redirect to book/intro.html, checked itself
         return []
@@ -473,16 +485,37 @@ class PageVisit:
     violations: list[str]  # axe's serious and critical findings
 
 
+@functools.cache
+def _axe() -> Axe:
+    """axe-core, read from axe-playwright-python's bundle once per session."""
+    return Axe()
+
+
+def visit(
+    page: Page, site_url: str, relative: str, width: int, measure_overflow: bool
+) -> PageVisit:
+    """Open one page and read what every check needs from it."""
+    problems = PageProblems(page, site_url)
+    # networkidle: index.html redirects to the introduction, search loads its index, and the
+    # layout measured below is the one with fonts and math in.
+    page.goto(urljoin(site_url, relative), wait_until="networkidle")
+    found = list(problems.messages)  # before axe runs its own script in the page
+    found += [f"image did not load: {src}" for src in page.evaluate(BROKEN_IMAGES)]
+    found += [f"asked a host other than the site: {host}" for host in problems.external_hosts]
+    return PageVisit(
+        problems=sorted(found),
+        overflow=page.evaluate(MEASURE_OVERFLOW) if measure_overflow else None,
+        violations=serious_violations(_axe(), page, relative, width),
+    )
+
+
 @pytest.fixture(scope="session")
-def survey(built_site, site_url, browser):
-    """`survey(width)`: every page opened once at `width`, and what each check reads from it.
+def survey(built_site, site_url, browser) -> Callable[[int], dict[str, PageVisit]]:
+    """`survey(width)`: every page visited once at `width`, for the checks to share the visit.
 
-    Opening a page is about half of each check's time, so the console, overflow and axe checks share
-    one visit per page and width (the classes below keep a width's checks on one xdist worker).
+    Opening a page is about half of each check's time. A page that cannot be visited is a
+    problem of that page (the console check names it), and the others are still visited.
     """
-    from axe_playwright_python.sync_playwright import Axe
-
-    axe = Axe()
     readers_pages = set(chapter_pages(built_site))
 
     @functools.cache
@@ -493,19 +526,14 @@ def survey(built_site, site_url, browser):
             for path in site_pages(built_site):
                 relative = path.relative_to(built_site).as_posix()
                 page = context.new_page()
-                problems = PageProblems(page, site_url)
-                # networkidle: index.html redirects to the introduction, search loads its
-                # index, and the layout measured below is the one with fonts and math in.
-                page.goto(urljoin(site_url, relative), wait_until="networkidle")
-                found = list(problems.messages)  # before axe runs its own script in the page
-                found += [f"image did not load: {src}" for src in page.evaluate(BROKEN_IMAGES)]
-                found += [f"asked a host other than the site: {h}" for h in problems.external_hosts]
-                visits[relative] = PageVisit(
-                    problems=sorted(found),
-                    overflow=page.evaluate(MEASURE_OVERFLOW) if relative in readers_pages else None,
-                    violations=serious_violations(axe, page, relative, width),
-                )
-                page.close()
+                try:
+                    visits[relative] = visit(
+                        page, site_url, relative, width, relative in readers_pages
+                    )
+                except PlaywrightError as error:
+                    visits[relative] = PageVisit([f"could not be visited: {error}"], None, [])
+                finally:
+                    page.close()
         finally:
             context.close()
         return visits
@@ -517,58 +545,71 @@ def _report(found: dict[str, list[str]]) -> str:
     return "\n".join(f"{where}: {line}" for where, lines in found.items() for line in lines)
 
 
+def _overflow(visits: dict[str, PageVisit]) -> dict[str, dict[str, list[str]]]:
+    """What scrolls sideways on each of the reader's pages."""
+    found = {page: visit.overflow for page, visit in visits.items() if visit.overflow is not None}
+    assert found, "no page measured"
+    return found
+
+
 class EveryPageAtOneWidth:
-    """The checks that read `survey`, at the subclass's `width`. `make site` runs the tests of
-    one class on one xdist worker (`--dist loadscope`), so each width's survey runs once."""
+    """The checks that read one visit of every page at the subclass's `width`.
+
+    `make site` runs `--dist loadscope`, which keeps a class's tests on one xdist worker: the
+    class's first test runs the survey (in its setup, which `--durations` then shows), and the
+    others read it.
+    """
 
     width: int
 
-    @pytest.mark.browser
-    def test_every_page_opens_without_console_errors(self, survey) -> None:
-        """No console error, failed request, broken image or other host asked, on any page."""
-        visits = survey(self.width).items()
-        assert {page: visit.problems for page, visit in visits if visit.problems} == {}
+    @pytest.fixture(scope="class")
+    @classmethod
+    def visits(cls, survey: Callable[[int], dict[str, PageVisit]]) -> dict[str, PageVisit]:
+        """Every page's visit at this class's width."""
+        visits = survey(cls.width)
+        assert visits, "no page visited"
+        return visits
 
     @pytest.mark.browser
-    def test_no_page_pans_sideways(self, survey) -> None:
+    def test_every_page_opens_without_console_errors(self, visits: dict[str, PageVisit]) -> None:
+        """No console error, failed request, broken image or other host asked, on any page."""
+        assert {page: visit.problems for page, visit in visits.items() if visit.problems} == {}
+
+    @pytest.mark.browser
+    def test_no_page_pans_sideways(self, visits: dict[str, PageVisit]) -> None:
         """Long inline code wraps and wide tables scroll in their box: the page never pans."""
-        found = self.overflow(survey)
+        found = _overflow(visits)
         panning = {page: overflow["page"] for page, overflow in found.items() if overflow["page"]}
         assert panning == {}, _report(panning)
 
     @pytest.mark.browser
-    def test_axe_finds_no_serious_accessibility_violation(self, survey) -> None:
+    def test_axe_finds_no_serious_accessibility_violation(
+        self, visits: dict[str, PageVisit]
+    ) -> None:
         """axe-core (bundled by axe-playwright-python) on every page: nothing serious."""
-        visits = survey(self.width)
         assert {page: visit.violations for page, visit in visits.items() if visit.violations} == {}
-        assert set(visits) >= CONTRAST_PAGES  # contrast was checked: its pages exist
-
-    def overflow(self, survey) -> dict[str, dict[str, list[str]]]:
-        """What scrolls sideways on each of the reader's pages at this width."""
-        visits = survey(self.width).items()
-        found = {page: visit.overflow for page, visit in visits if visit.overflow is not None}
-        assert found, "no page measured"
-        return found
+        # The pages the contrast rule runs on (at desktop width) are pages of the site.
+        assert set(visits) >= CONTRAST_PAGES
 
 
 class TestEveryPageOnADesktop(EveryPageAtOneWidth):
     width = DESKTOP_WIDTH
 
     @pytest.mark.browser
-    def test_code_cells_fit_the_column(self, survey) -> None:
+    def test_code_cells_fit_the_column(self, visits: dict[str, PageVisit]) -> None:
         """At 1280 px no code cell's input or output scrolls sideways (79-character lines)."""
         scrolling = {
             f"{page} {kind}": overflow[kind]
-            for page, overflow in self.overflow(survey).items()
+            for page, overflow in _overflow(visits).items()
             for kind in ("inputs", "outputs")
             if overflow[kind]
         }
         assert scrolling == {}, _report(scrolling)
 
     @pytest.mark.browser
-    def test_code_blocks_of_prose_pages_fit_the_column(self, survey) -> None:
+    def test_code_blocks_of_prose_pages_fit_the_column(self, visits: dict[str, PageVisit]) -> None:
         """The shell and code blocks of prose pages (setup, workshop, handouts) do not scroll."""
-        found = self.overflow(survey)
+        found = _overflow(visits)
         scrolling = {
             page: overflow["blocks"] for page, overflow in found.items() if overflow["blocks"]
         }
