@@ -143,13 +143,14 @@ def test_the_setup_notebook_runs_every_check_in_order() -> None:
     assert source.rstrip().endswith("print(setup_check.verdict(results))")
 
 
-def test_a_tpu_host_starts_four_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """v5e and v6e hosts run 1, 4 or 8 ranks, so two would fail with a topology error."""
-    import torch
+@pytest.mark.parametrize(("allowed", "expected"), [((1, 4, 8), 1), ((2, 4, 8), 2), (None, 2)])
+def test_the_ranks_check_starts_the_fewest_ranks_a_host_runs(
+    monkeypatch: pytest.MonkeyPatch, allowed: tuple[int, ...] | None, expected: int
+) -> None:
+    """A v5e-1 or v6e-1 VM holds one chip: the check must start one rank there (two on v7,
+    a chip of two devices), and two on a CPU or a GPU."""
+    import tpuready.launch
 
     assert setup_check.rank_count() == 2  # this machine: no accelerator
-    tpu = SimpleNamespace(type="tpu")
-    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda **kwargs: tpu)
-    assert setup_check.rank_count() == 4
-    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda **kwargs: None)
-    assert setup_check.rank_count() == 2
+    monkeypatch.setattr(tpuready.launch, "allowed_rank_counts", lambda: allowed)
+    assert setup_check.rank_count() == expected

@@ -30,12 +30,13 @@ import re
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
-
-import torch
+from typing import TYPE_CHECKING, Literal
 
 from tpuready import markdown
 from tpuready.validate import InputError
+
+if TYPE_CHECKING:  # torch is imported where it is used: the emulated TPU reads this table
+    import torch  # while `import torch` itself is still running
 
 __all__ = [
     "CHIPS",
@@ -838,7 +839,7 @@ def chip_for_device_name(device_type: str, device_name: str) -> Chip:
 
 
 def device_peak_flops_per_second(
-    device: torch.device | str, dtype: torch.dtype = torch.bfloat16
+    device: torch.device | str, dtype: torch.dtype | None = None
 ) -> float:
     """Peak dense FLOP/s of the device a notebook runs on, from this table: the divisor of its
     MFU. Per device, not per chip (half a TPU v7 chip); bf16 only, the table's one precision.
@@ -847,6 +848,9 @@ def device_peak_flops_per_second(
     raises `NoPeakFigureError` rather than return a guess: measure the CPU's peak with a large
     matmul, as chapter 15 does in step 2.
     """
+    import torch
+
+    dtype = torch.bfloat16 if dtype is None else dtype
     device = torch.device(device) if isinstance(device, str) else device
     if dtype != torch.bfloat16:
         raise NoPeakFigureError(

@@ -98,15 +98,29 @@ if TYPE_CHECKING:  # torch is imported where it is used: in a rank, after its ou
     import torch
 
 __all__ = [
+    "TPU_RANKS_PER_HOST",
     "RankPlacement",
     "WorkerCrashedError",
     "WorkersTimedOutError",
+    "allowed_rank_counts",
     "choose_rank_placement",
     "init_rank",
     "prepare_launch_environment",
     "rank_device",
     "run_workers",
+    "smallest_world_size",
 ]
+
+# How many ranks (one per device) TorchTPU 0.2.0 starts on one host of each TPU generation;
+# any other count fails with "No TPU topology found for count: N" (TorchTPU's topology table,
+# shared/reference/torchtpu-0.2.0.md). A v7 chip is two devices, one per TensorCore.
+TPU_RANKS_PER_HOST: dict[str, tuple[int, ...]] = {
+    "v4": (1, 2, 4, 8),
+    "v5p": (1, 2, 4, 8),
+    "v5e": (1, 4, 8),
+    "v6e": (1, 4, 8),
+    "v7": (2, 4, 8),
+}
 
 LOOPBACK_ADDRESS = "127.0.0.1"
 LOG_TAIL_LINES = 20
@@ -170,6 +184,54 @@ def _check_count(name: str, value: object, minimum: int) -> int:
     return value
 
 
+def _one_device_per_process(accelerator: torch.device) -> bool:
+    """Whether this `tpu` shows each process one device, as TorchTPU does. The one `tpu` that
+    does not is the book's emulated multi-device host (`TPUREADY_EMULATE_TPU=multi-device`),
+    which shows every process all its devices, as CUDA does."""
+    from tpuready.emulator import emulated_host
+
+    host = emulated_host()
+    return accelerator.type == "tpu" and (host is None or host.model == "torchtpu")
+
+
+def allowed_rank_counts() -> tuple[int, ...] | None:
+    """The rank counts TorchTPU starts on one host of this machine's TPU generation
+    (`TPU_RANKS_PER_HOST`); None where any count goes (a CPU, a GPU) or the generation is not
+    in the table (a TPU the book does not know: TorchTPU itself then says what it allows)."""
+    import torch
+
+    from tpuready import hardware
+    from tpuready.emulator import emulated_host
+
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
+    if accelerator is None or not _one_device_per_process(accelerator):
+        return None
+    host = emulated_host()
+    if host is not None:
+        return TPU_RANKS_PER_HOST[host.generation or ""]
+    try:
+        chip = hardware.chip_for_device_name("tpu", torch.tpu.get_device_name())
+    except hardware.NoPeakFigureError:
+        return None
+    return TPU_RANKS_PER_HOST.get(chip.name.removeprefix("TPU "))
+
+
+def smallest_world_size(at_least: int = 1) -> int:
+    """The fewest ranks, and at least `at_least`, that one host of this machine starts: the
+    number asked for on a CPU or a GPU; on a TPU the smallest count its generation allows
+    (4 where 2 are asked for on a v5e or v6e host, whose hosts run 1, 4 or 8 ranks)."""
+    _check_count("at_least", at_least, 1)
+    allowed = allowed_rank_counts()
+    if allowed is None:
+        return at_least
+    fits = [count for count in allowed if count >= at_least]
+    if not fits:
+        raise ValueError(
+            f"a host of this TPU runs at most {max(allowed)} ranks, fewer than {at_least}"
+        )
+    return min(fits)
+
+
 def choose_rank_placement(
     local_rank: int,
     local_world_size: int,
@@ -198,7 +260,7 @@ def choose_rank_placement(
     if accelerator is None or accelerator.type == "cpu":
         return RankPlacement("gloo", torch.device("cpu"), "no accelerator: gloo on the CPU")
     kind = accelerator.type
-    if kind == "tpu":
+    if _one_device_per_process(accelerator):
         return RankPlacement(
             "tpu_dist",
             torch.device("tpu", 0),
@@ -267,7 +329,7 @@ def init_rank(
     local_rank = _read_environment_count("LOCAL_RANK", 0)
     local_world_size = _read_environment_count("LOCAL_WORLD_SIZE", 1)
     placement = choose_rank_placement(local_rank, local_world_size)
-    if placement.device.type not in ("cpu", "tpu"):  # TorchTPU: each rank's only device
+    if placement.device.type != "cpu":  # on TorchTPU, index 0: each rank's only device
         torch.accelerator.set_device_index(placement.device.index)
     options: dict[str, Any] = {"backend": placement.backend}
     for name, value in {
@@ -304,7 +366,7 @@ def prepare_launch_environment(nproc_per_node: int, nnodes: int = 1) -> None:
     _check_count("nproc_per_node", nproc_per_node, 1)
     _check_count("nnodes", nnodes, 1)
     accelerator = torch.accelerator.current_accelerator(check_available=True)
-    if accelerator is not None and accelerator.type == "tpu":
+    if accelerator is not None and _one_device_per_process(accelerator):
         torch.tpu.distributed.set_tpu_launch_env(nnodes=nnodes, nproc_per_node=nproc_per_node)
 
 

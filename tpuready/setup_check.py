@@ -132,11 +132,12 @@ def _sum_of_ranks(rank: int, world_size: int) -> tuple[str, str, float]:
 
 
 def rank_count() -> int:
-    """Two ranks, or four on a TPU: a v5e or v6e host runs 1, 4 or 8 ranks, never 2."""
-    import torch
+    """Two ranks; on a TPU the fewest its generation runs on a host, which even a one-chip VM
+    holds (1 on v4, v5e, v5p and v6e; 2 on v7, whose chip is two devices)."""
+    from tpuready.launch import allowed_rank_counts
 
-    accelerator = torch.accelerator.current_accelerator(check_available=True)
-    return 4 if accelerator is not None and accelerator.type == "tpu" else 2
+    allowed = allowed_rank_counts()
+    return 2 if allowed is None else min(allowed)
 
 
 def check_ranks(seconds: float = SMOKE_TEST_SECONDS) -> CheckResult:

@@ -1,0 +1,160 @@
+"""The emulated TPU's memory: `tpu` storages over CPU buffers that the emulator owns.
+
+A real backend allocates device memory through a C++ allocator. Here every `tpu` storage is
+made by `torch._C._construct_storage_from_data_pointer` over the memory of a CPU storage, and
+that CPU storage is kept alive in `_OWNERS` until the `tpu` storage dies (storages keep their
+Python object as long as they live, so a weak reference to it says when). The bytes are real:
+`torch.save` writes them, `copy.deepcopy` copies them, and a CPU view of the same memory lets
+any CPU kernel read and write a `tpu` tensor in place.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import torch
+
+__all__ = [
+    "adopt",
+    "allocated_bytes",
+    "cpu_view",
+    "new_tensor",
+    "on_device",
+    "resize_storage",
+]
+
+_CPU = torch.device("cpu")
+_CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_SET_STORAGE = torch.ops.aten.set_.source_Storage_storage_offset
+# StorageImpl address -> [CPU storage that owns the bytes, device index, weak reference].
+_OWNERS: dict[int, list] = {}
+_LOCK = threading.Lock()
+
+
+def _forget(key: int) -> None:
+    with _LOCK:
+        _OWNERS.pop(key, None)
+
+
+def adopt(cpu_storage: torch.UntypedStorage, device: torch.device) -> torch.UntypedStorage:
+    """A `device` storage over `cpu_storage`'s bytes; it keeps them alive while it lives."""
+    storage = torch._C._construct_storage_from_data_pointer(
+        cpu_storage.data_ptr(), device, cpu_storage.nbytes()
+    )
+    key = storage._cdata
+    with _LOCK:
+        _OWNERS[key] = [
+            cpu_storage,
+            device.index or 0,
+            weakref.ref(storage, lambda _: _forget(key)),
+        ]
+    return storage
+
+
+class _Carrier(torch.Tensor):
+    """A storage-less tensor on any device index: the only way to start a tensor on `tpu:1`."""
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # type: ignore[override]
+        with torch._C._DisableTorchDispatch():
+            return func(*args, **(kwargs or {}))
+
+
+def new_tensor(
+    storage: torch.UntypedStorage,
+    offset: int,
+    size: tuple[int, ...] | torch.Size,
+    stride: tuple[int, ...],
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """A plain tensor of `storage`'s device over `storage` (no copy)."""
+    index = storage.device.index or 0
+    if index == 0:
+        tensor = torch._C._acc.create_empty_tensor([0], dtype)
+        _SET_STORAGE.redispatch(_CPU_KEYS, tensor, storage, offset, size, stride)
+        return tensor
+    # torch._C._acc.create_empty_tensor makes index 0 only. A wrapper tensor can start on any
+    # index; `.data =` then hands its storage and device to a plain tensor, without the
+    # wrapper's Python dispatch key.
+    carrier = torch.Tensor._make_wrapper_subclass(_Carrier, [0], dtype=dtype, device=storage.device)
+    _SET_STORAGE.redispatch(_CPU_KEYS, carrier, storage, offset, size, stride)
+    tensor = torch._C._acc.create_empty_tensor([0], dtype)
+    tensor.data = carrier
+    return tensor
+
+
+def on_device(cpu_tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`cpu_tensor`'s bytes as a `device` tensor, same sizes and strides (no copy)."""
+    storage = adopt(cpu_tensor.untyped_storage(), device)
+    return new_tensor(
+        storage,
+        cpu_tensor.storage_offset(),
+        cpu_tensor.shape,
+        cpu_tensor.stride(),
+        cpu_tensor.dtype,
+    )
+
+
+def cpu_view(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor over the same bytes as the device tensor `tensor`: writes go through."""
+    storage = tensor.untyped_storage()
+    with _LOCK:
+        owner = _OWNERS.get(storage._cdata)
+    if owner is None or owner[0].data_ptr() != storage.data_ptr():
+        cpu_storage = torch._C._construct_storage_from_data_pointer(
+            storage.data_ptr(), _CPU, storage.nbytes()
+        )
+    else:
+        cpu_storage = owner[0]
+    view = torch.empty(0, dtype=tensor.dtype)
+    view.set_(cpu_storage, tensor.storage_offset(), tensor.shape, tensor.stride())
+    return view
+
+
+def _swap(storage: torch.UntypedStorage, other: torch.UntypedStorage) -> None:
+    """Swap the bytes of two device storages, and which CPU buffer owns them."""
+    storage._swap_data_ptr_(other)
+    with _LOCK:
+        mine, theirs = _OWNERS.get(storage._cdata), _OWNERS.get(other._cdata)
+        if mine is None or theirs is None:
+            raise RuntimeError(
+                "the emulated TPU can resize only storages it allocated; this one came from "
+                "elsewhere (torch._C._construct_storage_from_data_pointer?)"
+            )
+        mine[0], theirs[0] = theirs[0], mine[0]
+
+
+def resize_storage(storage: torch.UntypedStorage, nbytes: int) -> None:
+    """Give `storage` `nbytes` bytes, keeping the first ones (FSDP2 frees and refills this way)."""
+    if nbytes == storage.nbytes():
+        return
+    device = storage.device
+    replacement = torch.empty(nbytes, dtype=torch.uint8)
+    kept = min(nbytes, storage.nbytes())
+    if kept:
+        old = torch.empty(0, dtype=torch.uint8).set_(
+            torch._C._construct_storage_from_data_pointer(storage.data_ptr(), _CPU, kept)
+        )
+        replacement[:kept].copy_(old)
+    if storage.nbytes():  # _swap_data_ptr_ needs equal sizes or one empty side
+        _swap(storage, adopt(torch.UntypedStorage(0), device))
+    if nbytes:
+        _swap(storage, adopt(replacement.untyped_storage(), device))
+
+
+def allocated_bytes(index: int | None = None) -> int:
+    """Bytes held by live emulated storages (of device `index`, or of all devices)."""
+    with _LOCK:
+        owners = list(_OWNERS.values())
+    return sum(o[0].nbytes() for o in owners if index is None or o[1] == index)
+
+
+def host_memory_bytes() -> int:
+    """This machine's RAM: what `get_device_properties().total_memory` reports (not a TPU's HBM)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system
+        return 0
