@@ -56,7 +56,7 @@ QUIET_PIP := { grep -v "^WARNING: Location" || true; }
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	--nbval-cell-timeout=300 -p tests.notebook_time_budget --ignore=notebooks/examples
 
-.PHONY: help venv stack-venvs vllm-venv titan-venv stacks-unsupported book check test lint unit nbval nbval-native nbval-portable site notebooks bench serve lab \
+.PHONY: help venv stack-venvs vllm-venv titan-venv stacks-unsupported book check test lint unit nbval nbval-native nbval-portable emulated site notebooks bench serve lab \
 	chromium clean
 
 help:
@@ -67,6 +67,7 @@ help:
 	@echo "make notebooks  re-execute every notebook in place (one: make notebooks NB=notebooks/01_....ipynb)"
 	@echo "                FRESH=1 also replaces stored timing samples of unchanged cells"
 	@echo "make nbval      validate notebooks against their stored outputs under two CPU kernel paths (one: NB=...)"
+	@echo "make emulated   run every notebook on the emulated TPU (one: NB=...; EMULATE=multi-device)"
 	@echo "make bench      execute every notebook 3 times; write book/execution-statistics.md"
 	@echo "                (ONLY=toolkit or ONLY=serving: re-time only that section)"
 	@echo "make verify     execute every notebook on this machine; record it in verification/ (one: NB=...)"
@@ -189,6 +190,17 @@ nbval-portable: venv stack-venvs
 # class's tests on one worker: one Lab server, and one visit of every page at each width.
 site: venv chromium
 	$(VENV)/bin/pytest -n 2 --dist loadscope tests/test_site.py tests/test_lab.py --durations=15
+
+# The emulated TPU (tpuready/emulator): every notebook runs on a `tpu` device, a CPU under it.
+# Every cell must run (asserts hold); outputs are not compared (device names and bf16 digits
+# differ). EMULATE picks the host: 1 is TorchTPU's (a v6e-8 host, one device per process),
+# multi-device the host model of CUDA (4 devices, a rank binds its own). `make test` runs every
+# notebook on the first, and the notebooks that start ranks on the second too.
+EMULATE ?= 1
+EMULATED_ENV := $(NOTEBOOK_ENV) TPUREADY_EMULATE_TPU_REPORT=off
+emulated: venv stack-venvs
+	$(EMULATED_ENV) TPUREADY_EMULATE_TPU=$(EMULATE) $(NO_NETWORK) $(PY) scripts/verify.py check \
+	  $(or $(NB),$(if $(STACKS_SUPPORTED),,$(addprefix --skip ,$(STACK_NOTEBOOKS))))
 
 notebooks: venv stack-venvs
 	$(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) scripts/notebooks.py execute $(if $(FRESH),--fresh) $(NB)

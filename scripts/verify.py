@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import multiprocessing
 import os
 import platform
 import re
@@ -33,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -51,6 +52,7 @@ COLUMN_TITLES = {"cpu": "CPU", "cuda": "CUDA", "tpu": "TPU", "emulated-tpu": "Em
 # A cell that may fail on the emulated TPU only (a CPU kernel it lacks, an upstream gap) carries
 # this metadata key; its value names the upstream cause. Keep the list short.
 EMULATED_MAY_FAIL_KEY = "emulated_tpu_may_fail"
+EMULATE_VARIABLE = "TPUREADY_EMULATE_TPU"
 RAISES_TAG = "raises-exception"  # nbclient, nbval and JupyterLab: carry on past its error
 # nbval alone lets a cell with this tag raise; JupyterLab's Run All still stops there, as it
 # must at an exercise's "Your turn" cell.
@@ -75,6 +77,7 @@ class Failure:
     cell: int | None
     error: str
     message: str
+    detail: str = field(default="", compare=False)  # the whole error, shown by `check` only
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,11 @@ def _first_line(text: str, scrub: Mapping[str, str] | None = None) -> str:
     return line if len(line) <= MESSAGE_LENGTH else line[: MESSAGE_LENGTH - 1] + "…"
 
 
+def _plain(text: str) -> str:
+    """Text without the terminal colour codes IPython puts in tracebacks."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
 def execute_notebook(path: Path, emulated: bool = False) -> NotebookResult:
     """Execute one notebook from its own folder, in memory (the file is not written), until
     its first unexpected error. `emulated`: it runs on the emulated TPU (TPUREADY_EMULATE_TPU
@@ -166,16 +174,27 @@ def execute_notebook(path: Path, emulated: bool = False) -> NotebookResult:
     failure = None
     code_index: int | None = None  # nbval's number of the code cell running now
     started = time.perf_counter()
-    try:
-        with client.setup_kernel():
-            for index, cell in enumerate(notebook.cells):
-                if cell.cell_type == "code":
-                    code_index = 0 if code_index is None else code_index + 1
-                client.execute_cell(cell, index)
-    except CellExecutionError as error:
-        failure = Failure(code_index, error.ename, _first_line(error.evalue, scrub))
-    except Exception as error:  # a cell timeout, a dead kernel, a kernel that never started
-        failure = Failure(code_index, type(error).__name__, _first_line(str(error), scrub))
+    # The kernel's own log (a notice that it talks over the loopback without encryption, and
+    # what a dying kernel says) is kept, and shown only with the error of a dead kernel.
+    with tempfile.TemporaryFile("w+") as kernel_log:
+        try:
+            with client.setup_kernel(stderr=kernel_log):
+                for index, cell in enumerate(notebook.cells):
+                    if cell.cell_type == "code":
+                        code_index = 0 if code_index is None else code_index + 1
+                    client.execute_cell(cell, index)
+        except CellExecutionError as error:
+            failure = Failure(
+                code_index, error.ename, _first_line(error.evalue, scrub), _plain(str(error))
+            )
+        except Exception as error:  # a cell timeout, a dead kernel, a kernel that never started
+            kernel_log.seek(0)
+            failure = Failure(
+                code_index,
+                type(error).__name__,
+                _first_line(str(error), scrub),
+                f"{_plain(str(error))}\nThe kernel's log:\n{kernel_log.read()}",
+            )
     seconds = time.perf_counter() - started
     code_cells = sum(cell.cell_type == "code" for cell in notebook.cells)
     return NotebookResult(failure is None, round(seconds, 1), code_cells, failure)
@@ -310,6 +329,44 @@ def run(paths: list[Path], records: Path = RECORDS) -> tuple[Record, Path]:
     target = records / record_file_name(record)
     target.write_text(json.dumps(record_to_json(record), indent=2) + "\n", encoding="utf-8")
     return record, target
+
+
+def starts_ranks(path: Path) -> bool:
+    """Whether a notebook starts ranks (`run_workers`): such notebooks run alone, with both
+    cores, as `make nbval` runs them."""
+    return "run_workers" in path.read_text(encoding="utf-8")
+
+
+def check(paths: list[Path], jobs: int = 2) -> int:
+    """Execute notebooks on the emulated TPU (the caller sets TPUREADY_EMULATE_TPU) from a
+    temporary copy, `jobs` at a time and those that start ranks alone, afterwards; print one
+    line each, and the end of the error of each that failed. 0 when all ran, else 1."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    width = max(len(path.stem) for path in paths)
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="tpuready-emulated-") as folder:
+        copy = Path(folder) / "notebooks"
+        shutil.copytree(NOTEBOOKS, copy, ignore=COPY_IGNORES)
+        shutil.copy2(NOTEBOOKS.parent / "requirements.txt", Path(folder) / "requirements.txt")
+        alone = [copy / p.name for p in paths if starts_ranks(p)]
+        shared = [copy / p.name for p in paths if not starts_ranks(p)]
+        context = multiprocessing.get_context("spawn")
+        for group, workers in ((shared, jobs), (alone, 1)):
+            if not group:
+                continue
+            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+                futures = [pool.submit(execute_notebook, path, True) for path in group]
+                for path, future in zip(group, futures, strict=True):
+                    result = future.result()
+                    print(summary_line(path.stem, result, width), flush=True)
+                    if not result.ok:
+                        failed += 1
+                        assert result.failure is not None
+                        tail = result.failure.detail.strip().splitlines()[-40:]
+                        print("\n".join(f"    {line}" for line in tail), flush=True)
+    print(f"{len(paths) - failed} of {len(paths)} notebooks ran in full on the emulated TPU")
+    return 1 if failed else 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -565,17 +622,33 @@ def main(argv: list[str]) -> int:
     run_parser = commands.add_parser("run", help="execute notebooks, write a record")
     run_parser.add_argument("notebooks", nargs="*", type=Path)
     commands.add_parser("page", help="write book/verification.md from the records")
+    check_parser = commands.add_parser(
+        "check", help="execute notebooks on the emulated TPU, write no record (make emulated)"
+    )
+    check_parser.add_argument("notebooks", nargs="*", type=Path)
+    check_parser.add_argument("--jobs", type=int, default=2)
+    check_parser.add_argument(
+        "--skip", action="append", type=Path, default=[], help="leave this notebook out"
+    )
     arguments = parser.parse_args(argv)
     if arguments.command == "page":
         write_page()
         return 0
     paths = [path.resolve() for path in arguments.notebooks] or sorted(NOTEBOOKS.glob("*.ipynb"))
+    skipped = {path.resolve() for path in getattr(arguments, "skip", [])}
+    paths = [path for path in paths if path not in skipped]
     wrong = [str(p) for p in paths if p.parent != NOTEBOOKS or p.suffix != ".ipynb"]
     if wrong:
         parser.error(f"not a notebook in notebooks/: {', '.join(wrong)}")
     missing = [str(path) for path in paths if not path.is_file()]
     if missing:
         parser.error(f"no such notebook: {', '.join(missing)}")
+    if arguments.command == "check":
+        if not os.environ.get(EMULATE_VARIABLE, "").strip() or arguments.jobs < 1:
+            parser.error(
+                f"check runs on the emulated TPU: set {EMULATE_VARIABLE} (and --jobs >= 1)"
+            )
+        return check(paths, arguments.jobs)
     if os.environ.get("TPUREADY_OFFLINE") != "1":
         print(
             "note: TPUREADY_OFFLINE is not set: `make verify` runs the notebooks under the "

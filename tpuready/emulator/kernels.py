@@ -116,7 +116,7 @@ def _info(op: torch._ops.OpOverload) -> _OpInfo:
     return info
 
 
-def _mixed_device_error(name: str, first: torch.device, second: torch.device) -> RuntimeError:
+def _mixed_device_error(name: str, first: str, second: str) -> RuntimeError:
     report().record("mixed_device", f"{name}: {first} and {second}")
     return RuntimeError(
         f"Expected all tensors to be on the same device, but found at least two devices, "
@@ -127,11 +127,11 @@ def _mixed_device_error(name: str, first: torch.device, second: torch.device) ->
 class _Call:
     """One operator call moved to the CPU: the CPU views handed out, to map results back."""
 
-    __slots__ = ("cpu_tensor", "device", "name", "storages", "views")
+    __slots__ = ("cpu_tensor", "index", "name", "storages", "views")
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.device: torch.device | None = None
+        self.index: int | None = None  # the logical device index of the call
         self.views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(view): (view, device)
         self.storages: dict[int, torch.UntypedStorage] = {}  # data_ptr: device storage
         self.cpu_tensor: torch.Tensor | None = None  # a CPU tensor (not a scalar) among the args
@@ -140,11 +140,11 @@ class _Call:
         """A device tensor becomes its CPU view; a `tpu` device becomes the CPU."""
         if isinstance(value, torch.Tensor):
             if value.device.type == "tpu":
-                if self.device is None:
-                    self.device = value.device
-                elif value.device != self.device:
-                    raise _mixed_device_error(self.name, self.device, value.device)
-                view = memory.cpu_view(value)
+                view, index = memory.cpu_view_and_index(value)
+                if self.index is None:
+                    self.index = index
+                elif index != self.index:
+                    raise _mixed_device_error(self.name, f"tpu:{self.index}", f"tpu:{index}")
                 self.views[id(view)] = (view, value)
                 storage = value.untyped_storage()
                 self.storages[storage.data_ptr()] = storage
@@ -155,8 +155,8 @@ class _Call:
         if isinstance(value, (list, tuple)):
             return type(value)(self.down(item) for item in value)
         if isinstance(value, torch.device) and value.type == "tpu":
-            if self.device is None:
-                self.device = state().resolve(value)
+            if self.index is None:
+                self.index = state().resolve(value)
             return _CPU
         return value
 
@@ -168,7 +168,7 @@ class _Call:
             known = self.views.get(id(value))
             if known is not None and known[0] is value:
                 return known[1]
-            if self.device is None:  # only CPU tensors came in: the result stays there
+            if self.index is None:  # only CPU tensors came in: the result stays there
                 return value
             pointer = value.untyped_storage().data_ptr()
             storage = self.storages.get(pointer) if pointer else None
@@ -178,7 +178,7 @@ class _Call:
                 )
             if value.dtype in (torch.float64, torch.complex128):
                 report().record("float64", f"{self.name} -> {value.dtype}")
-            return memory.on_device(value, self.device)
+            return memory.on_device(value, self.index)
         if isinstance(value, (list, tuple)):
             return type(value)(self.up(item) for item in value)
         return value
@@ -224,11 +224,11 @@ def _fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
         cpu_kwargs[name] = call.down(value)
     if (
         call.cpu_tensor is not None
-        and call.device is not None
+        and call.index is not None
         and info.name not in _CPU_ARGUMENTS_ALLOWED
     ):
-        raise _mixed_device_error(info.name, call.device, _CPU)
-    if call.device is None:  # no device tensor or device: nothing of ours (a CPU-only call)
+        raise _mixed_device_error(info.name, f"tpu:{call.index}", "cpu")
+    if call.index is None:  # no device tensor or device: nothing of ours (a CPU-only call)
         return op.redispatch(_CPU_KEYS, *args, **kwargs)
     if info.generator and cpu_kwargs.get("generator") is None:
         cpu_kwargs["generator"] = state().generator
@@ -470,7 +470,7 @@ def _resize(tensor: torch.Tensor, size, memory_format=None):
 
 
 def _set_empty(tensor: torch.Tensor):
-    storage = memory.adopt(torch.UntypedStorage(0), tensor.device)
+    storage = memory.adopt(torch.UntypedStorage(0), memory.logical_index(tensor.untyped_storage()))
     memory._SET_STORAGE.redispatch(_CPU_KEYS, tensor, storage, 0, [0], [1])
     return tensor
 

@@ -19,15 +19,21 @@ __all__ = [
     "adopt",
     "allocated_bytes",
     "cpu_view",
+    "cpu_view_and_index",
+    "logical_index",
     "new_tensor",
     "on_device",
     "resize_storage",
 ]
 
 _CPU = torch.device("cpu")
+# Every emulated tensor lives on `tpu:0` as far as PyTorch's C++ side knows: a Python backend's
+# device guard has one index, and PyTorch's autograd engine refuses any other. The index a rank
+# asked for on the multi-device host is kept beside the storage, as its *logical* index.
+TPU = torch.device("privateuseone", 0)  # "tpu:0" once the emulator has renamed PrivateUse1
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _SET_STORAGE = torch.ops.aten.set_.source_Storage_storage_offset
-# StorageImpl address -> [CPU storage that owns the bytes, device index, weak reference].
+# StorageImpl address -> [CPU storage that owns the bytes, logical index, weak reference].
 _OWNERS: dict[int, list] = {}
 _LOCK = threading.Lock()
 
@@ -37,28 +43,16 @@ def _forget(key: int) -> None:
         _OWNERS.pop(key, None)
 
 
-def adopt(cpu_storage: torch.UntypedStorage, device: torch.device) -> torch.UntypedStorage:
-    """A `device` storage over `cpu_storage`'s bytes; it keeps them alive while it lives."""
+def adopt(cpu_storage: torch.UntypedStorage, index: int = 0) -> torch.UntypedStorage:
+    """A `tpu` storage over `cpu_storage`'s bytes; it keeps them alive while it lives."""
     storage = torch._C._construct_storage_from_data_pointer(
-        cpu_storage.data_ptr(), device, cpu_storage.nbytes()
+        cpu_storage.data_ptr(), TPU, cpu_storage.nbytes()
     )
     key = storage._cdata
+    reference = weakref.ref(storage, lambda _: _forget(key))
     with _LOCK:
-        _OWNERS[key] = [
-            cpu_storage,
-            device.index or 0,
-            weakref.ref(storage, lambda _: _forget(key)),
-        ]
+        _OWNERS[key] = [cpu_storage, index, reference]
     return storage
-
-
-class _Carrier(torch.Tensor):
-    """A storage-less tensor on any device index: the only way to start a tensor on `tpu:1`."""
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # type: ignore[override]
-        with torch._C._DisableTorchDispatch():
-            return func(*args, **(kwargs or {}))
 
 
 def new_tensor(
@@ -68,25 +62,15 @@ def new_tensor(
     stride: tuple[int, ...],
     dtype: torch.dtype,
 ) -> torch.Tensor:
-    """A plain tensor of `storage`'s device over `storage` (no copy)."""
-    index = storage.device.index or 0
-    if index == 0:
-        tensor = torch._C._acc.create_empty_tensor([0], dtype)
-        _SET_STORAGE.redispatch(_CPU_KEYS, tensor, storage, offset, size, stride)
-        return tensor
-    # torch._C._acc.create_empty_tensor makes index 0 only. A wrapper tensor can start on any
-    # index; `.data =` then hands its storage and device to a plain tensor, without the
-    # wrapper's Python dispatch key.
-    carrier = torch.Tensor._make_wrapper_subclass(_Carrier, [0], dtype=dtype, device=storage.device)
-    _SET_STORAGE.redispatch(_CPU_KEYS, carrier, storage, offset, size, stride)
+    """A plain `tpu` tensor over `storage` (no copy)."""
     tensor = torch._C._acc.create_empty_tensor([0], dtype)
-    tensor.data = carrier
+    _SET_STORAGE.redispatch(_CPU_KEYS, tensor, storage, offset, size, stride)
     return tensor
 
 
-def on_device(cpu_tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """`cpu_tensor`'s bytes as a `device` tensor, same sizes and strides (no copy)."""
-    storage = adopt(cpu_tensor.untyped_storage(), device)
+def on_device(cpu_tensor: torch.Tensor, index: int = 0) -> torch.Tensor:
+    """`cpu_tensor`'s bytes as a `tpu` tensor of logical `index`, same sizes and strides."""
+    storage = adopt(cpu_tensor.untyped_storage(), index)
     return new_tensor(
         storage,
         cpu_tensor.storage_offset(),
@@ -96,8 +80,9 @@ def on_device(cpu_tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     )
 
 
-def cpu_view(tensor: torch.Tensor) -> torch.Tensor:
-    """A CPU tensor over the same bytes as the device tensor `tensor`: writes go through."""
+def cpu_view_and_index(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """A CPU tensor over the same bytes as the device tensor `tensor` (writes go through), and
+    the tensor's logical device index."""
     storage = tensor.untyped_storage()
     with _LOCK:
         owner = _OWNERS.get(storage._cdata)
@@ -105,11 +90,24 @@ def cpu_view(tensor: torch.Tensor) -> torch.Tensor:
         cpu_storage = torch._C._construct_storage_from_data_pointer(
             storage.data_ptr(), _CPU, storage.nbytes()
         )
+        index = 0 if owner is None else owner[1]
     else:
-        cpu_storage = owner[0]
+        cpu_storage, index = owner[0], owner[1]
     view = torch.empty(0, dtype=tensor.dtype)
     view.set_(cpu_storage, tensor.storage_offset(), tensor.shape, tensor.stride())
-    return view
+    return view, index
+
+
+def cpu_view(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor over the same bytes as the device tensor `tensor`: writes go through."""
+    return cpu_view_and_index(tensor)[0]
+
+
+def logical_index(storage: torch.UntypedStorage) -> int:
+    """The device index a rank asked for when this storage was made (0 under TorchTPU)."""
+    with _LOCK:
+        owner = _OWNERS.get(storage._cdata)
+    return 0 if owner is None else owner[1]
 
 
 def _swap(storage: torch.UntypedStorage, other: torch.UntypedStorage) -> None:
@@ -127,9 +125,11 @@ def _swap(storage: torch.UntypedStorage, other: torch.UntypedStorage) -> None:
 
 def resize_storage(storage: torch.UntypedStorage, nbytes: int) -> None:
     """Give `storage` `nbytes` bytes, keeping the first ones (FSDP2 frees and refills this way)."""
+    if nbytes < 0:
+        raise ValueError(f"a storage cannot have {nbytes} bytes")
     if nbytes == storage.nbytes():
         return
-    device = storage.device
+    index = logical_index(storage)
     replacement = torch.empty(nbytes, dtype=torch.uint8)
     kept = min(nbytes, storage.nbytes())
     if kept:
@@ -138,13 +138,13 @@ def resize_storage(storage: torch.UntypedStorage, nbytes: int) -> None:
         )
         replacement[:kept].copy_(old)
     if storage.nbytes():  # _swap_data_ptr_ needs equal sizes or one empty side
-        _swap(storage, adopt(torch.UntypedStorage(0), device))
+        _swap(storage, adopt(torch.UntypedStorage(0), index))
     if nbytes:
-        _swap(storage, adopt(replacement.untyped_storage(), device))
+        _swap(storage, adopt(replacement.untyped_storage(), index))
 
 
 def allocated_bytes(index: int | None = None) -> int:
-    """Bytes held by live emulated storages (of device `index`, or of all devices)."""
+    """Bytes held by live emulated storages (of logical device `index`, or of all devices)."""
     with _LOCK:
         owners = list(_OWNERS.values())
     return sum(o[0].nbytes() for o in owners if index is None or o[1] == index)

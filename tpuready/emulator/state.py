@@ -47,21 +47,23 @@ class EmulatorState:
         stack = getattr(self.local, "precision_stack", None)
         return stack[-1] if stack else self.passes
 
-    def resolve(self, device: torch.device | None) -> torch.device:
-        """The device a `tpu` request lands on: TorchTPU drops any index (one device per
-        process, upstream issue #4164); a multi-device host checks it and claims it."""
+    def resolve(self, device: torch.device | None) -> int:
+        """The (logical) device index a `tpu` request lands on. TorchTPU drops any index (one
+        device per process, upstream issue #4164). A multi-device host checks and claims it;
+        there index 0 also means "the current device", because PyTorch's C++ side fills a
+        missing index with the device guard's, which is always 0 for a Python backend."""
         from tpuready.emulator.report import report
 
         index = None if device is None else device.index
         if self.host.model == TORCHTPU:
             if index not in (None, 0):
                 report().record("ignored_indices", f"tpu:{index} -> tpu:0")
-            return torch.device("tpu", 0)
-        if index is None:
+            return 0
+        if not index:
             index = self.current_index
         self.check_index(index)
         self.claim(index)
-        return torch.device("tpu", index)
+        return index
 
     def check_index(self, index: int) -> None:
         """Refuse an index the host does not have, as CUDA does ("invalid device ordinal")."""
