@@ -49,7 +49,7 @@ def emulated_host() -> Host | None:
 
 def report():
     """What would hurt on a real TPU so far: see `tpuready.emulator.report.EmulationReport`."""
-    from tpuready.emulator.report import report as current
+    from tpuready.emulator.findings import report as current
 
     return current()
 

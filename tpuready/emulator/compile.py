@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from tpuready.emulator.report import report
+from tpuready.emulator.findings import report
 
 __all__ = ["emulated_tpu_backend", "patch_compile"]
 
@@ -87,7 +87,10 @@ def _tpu_or_default(gm: torch.fx.GraphModule, example_inputs: list[Any], **optio
             "backend options: async_compile, num_dynamic_buckets, bucket_size, serializable, "
             "debug_callback); drop mode= and options= for TPU inputs"
         )
-    if torch.is_inference_mode_enabled():
+    # Dynamo leaves inference mode while it compiles; the inputs it traced still say so.
+    if torch.is_inference_mode_enabled() or any(
+        isinstance(t, torch.Tensor) and t.is_inference() for t in example_inputs
+    ):
         report().record("refused", "torch.compile under torch.inference_mode")
         raise RuntimeError(
             "TorchTPU 0.2.0 crashes compiling under torch.inference_mode(): compile under "

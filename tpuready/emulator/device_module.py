@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
+from tpuready.emulator.findings import place_in_user_code, report
 from tpuready.emulator.host import TORCHTPU
-from tpuready.emulator.report import place_in_user_code, report
 from tpuready.emulator.state import PASSES_FOR_PRECISION, state
 
 __all__ = ["DEVICE_NAME", "LEGACY_CALLS", "build_module"]
@@ -277,6 +277,10 @@ def build_module() -> types.ModuleType:
     profiler_module.TpuProfilerConfig = TpuProfilerConfig
     module.profiler = profiler_module
     module.is_emulated = True
+    # `from torch.tpu.distributed import set_tpu_launch_env` works as it does on TorchTPU.
+    module.__path__ = []
+    for name in ("distributed", "compiler", "profiler", "ops", "optimizers", "pallas"):
+        sys.modules[f"torch.tpu.{name}"] = getattr(module, name)
     return module
 
 

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from tpuready.emulator import memory
+from tpuready.emulator.findings import report
 from tpuready.emulator.host import TORCHTPU
-from tpuready.emulator.report import report
 from tpuready.emulator.state import state
 
 __all__ = ["LAUNCH_VARIABLE", "register", "set_tpu_launch_env", "spmd_safe", "topology_aware_mesh"]

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from tpuready.emulator import compile as emulated_compile
-from tpuready.emulator import device_module, distributed, kernels, memory, report, state
+from tpuready.emulator import device_module, distributed, findings, kernels, memory, state
 from tpuready.emulator.host import Host
 
 __all__ = ["install"]
@@ -109,4 +109,4 @@ def install(host: Host) -> None:
         torch.set_float32_matmul_precision
     )
     torch.set_autocast_dtype("tpu", torch.bfloat16)
-    report.print_at_exit(host.describe())
+    findings.print_at_exit(host.describe())

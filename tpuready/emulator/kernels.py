@@ -25,7 +25,7 @@ import torch
 
 from tpuready.check import MATMUL_PASSES
 from tpuready.emulator import memory
-from tpuready.emulator.report import report
+from tpuready.emulator.findings import report
 from tpuready.emulator.state import state
 
 __all__ = ["KNOWN_GAPS", "register"]
@@ -176,8 +176,6 @@ class _Call:
                 return memory.new_tensor(
                     storage, value.storage_offset(), value.shape, value.stride(), value.dtype
                 )
-            if value.dtype in (torch.float64, torch.complex128):
-                report().record("float64", f"{self.name} -> {value.dtype}")
             return memory.on_device(value, self.index)
         if isinstance(value, (list, tuple)):
             return type(value)(self.up(item) for item in value)
@@ -389,8 +387,6 @@ _CPU_IMPLEMENTATIONS: dict[str, Callable[..., Any]] = {
 def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     target = state().resolve(device)
     dtype = dtype or torch.get_default_dtype()
-    if dtype in (torch.float64, torch.complex128):
-        report().record("float64", f"empty -> {dtype}")
     cpu = torch.empty(size, dtype=dtype, memory_format=memory_format or torch.contiguous_format)
     return memory.on_device(cpu, target)
 
@@ -398,8 +394,6 @@ def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memor
 def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
     target = state().resolve(device)
     dtype = dtype or torch.get_default_dtype()
-    if dtype in (torch.float64, torch.complex128):
-        report().record("float64", f"empty_strided -> {dtype}")
     return memory.on_device(torch.empty_strided(size, stride, dtype=dtype), target)
 
 

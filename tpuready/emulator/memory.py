@@ -68,8 +68,16 @@ def new_tensor(
     return tensor
 
 
+_WIDE = (torch.float64, torch.complex128)
+
+
 def on_device(cpu_tensor: torch.Tensor, index: int = 0) -> torch.Tensor:
-    """`cpu_tensor`'s bytes as a `tpu` tensor of logical `index`, same sizes and strides."""
+    """`cpu_tensor`'s bytes as a `tpu` tensor of logical `index`, same sizes and strides (every
+    new device tensor comes through here: the report counts the float64 ones)."""
+    if cpu_tensor.dtype in _WIDE:
+        from tpuready.emulator.findings import report
+
+        report().record("float64", f"a {cpu_tensor.dtype} tensor on the device")
     storage = adopt(cpu_tensor.untyped_storage(), index)
     return new_tensor(
         storage,

@@ -52,7 +52,7 @@ class EmulatorState:
         device per process, upstream issue #4164). A multi-device host checks and claims it;
         there index 0 also means "the current device", because PyTorch's C++ side fills a
         missing index with the device guard's, which is always 0 for a Python backend."""
-        from tpuready.emulator.report import report
+        from tpuready.emulator.findings import report
 
         index = None if device is None else device.index
         if self.host.model == TORCHTPU:

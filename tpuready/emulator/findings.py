@@ -66,7 +66,7 @@ def _skipped_prefixes() -> tuple[str, ...]:
         import torch
 
         _TORCH_DIR = str(Path(torch.__file__).parent)
-        _SKIPPED_PREFIXES = (_EMULATOR_DIR, _TORCH_DIR, "<frozen", "<string>")
+        _SKIPPED_PREFIXES = (_EMULATOR_DIR, _TORCH_DIR, "<frozen")
     return _SKIPPED_PREFIXES
 
 

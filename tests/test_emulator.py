@@ -1,0 +1,460 @@
+"""The emulated TPU (tpuready/emulator): one test per behaviour it emulates.
+
+The emulator loads when `import torch` runs with TPUREADY_EMULATE_TPU set, and a renamed
+PrivateUse1 cannot be undone in a process, so what needs it runs in fresh interpreters:
+`tests/emulator_battery.py` once for the single-process behaviours (the tests below read its
+JSON), and `run_workers` in a child for the collectives. The host parser, the report and the
+launcher's rank rules are plain Python and run here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import tpuready.emulator
+import tpuready.launch
+from tpuready.emulator.findings import SECTIONS, EmulationReport, place_in_user_code
+from tpuready.emulator.host import MULTI_DEVICE, TORCHTPU, Host, parse_host
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+LEGACY = (
+    "is_available",
+    "device_count",
+    "current_device",
+    "set_device",
+    "device",
+    "set_stream",
+    "current_stream",
+    "synchronize",
+    "initial_seed",
+    "get_rng_state",
+)
+
+
+def run_emulated(
+    code: str, host: str = "1", extra: dict[str, str] | None = None, timeout: int = 240
+) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh interpreter with the emulated TPU loaded (host `host`)."""
+    environment = {
+        **os.environ,
+        "TPUREADY_EMULATE_TPU": host,
+        "TPUREADY_EMULATE_TPU_REPORT": "off",
+        **(extra or {}),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=REPOSITORY,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def battery() -> dict[str, Any]:
+    """What tests/emulator_battery.py saw, in one emulated interpreter."""
+    completed = run_emulated(Path(REPOSITORY / "tests" / "emulator_battery.py").read_text())
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def seen(battery: dict[str, Any], name: str) -> Any:
+    """One check's value; a check that raised fails here with its traceback."""
+    value = battery[name]
+    assert not (isinstance(value, dict) and "error" in value), battery.get(f"{name}.traceback")
+    return value
+
+
+# --- Loading ---------------------------------------------------------------------------
+
+
+def test_import_torch_alone_gives_an_emulated_tpu_accelerator(battery: dict[str, Any]) -> None:
+    device = seen(battery, "device")
+    assert device["accelerator"] == "tpu"
+    assert device["count"] == 1  # TorchTPU: one device per process
+    assert device["is_emulated"] is True
+    assert device["name"] == "Emulated TPU (CPU)"
+    assert device["tensor"] == "tpu:0"
+
+
+def test_without_the_variable_nothing_is_loaded() -> None:
+    assert not tpuready.emulator.is_emulated()  # this interpreter has no TPUREADY_EMULATE_TPU
+    completed = run_emulated(
+        "import torch, tpuready.emulator as e; "
+        "print(torch.accelerator.current_accelerator(), e.is_emulated())",
+        host="0",
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.split() == ["None", "False"]
+
+
+def test_it_backs_off_with_one_line_when_another_tpu_backend_is_installed(
+    tmp_path: Path,
+) -> None:
+    """A real TorchTPU (here a stand-in with its entry point) owns the device: the emulator
+    says so in one line and leaves PrivateUse1 alone."""
+    (tmp_path / "fake_torch_tpu.py").write_text(
+        "def load():\n    import torch\n    torch.utils.rename_privateuse1_backend('tpu')\n"
+    )
+    info = tmp_path / "fake_torch_tpu-0.2.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-torch-tpu\nVersion: 0.2.0\n")
+    (info / "entry_points.txt").write_text("[torch.backends]\ntorch_tpu = fake_torch_tpu:load\n")
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    completed = run_emulated(
+        "import torch, tpuready.emulator as e; print(e.is_emulated())",
+        extra={"PYTHONPATH": path},
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.split() == ["False"]
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1 and "TPUREADY_EMULATE_TPU=1 is ignored" in lines[0], lines
+
+
+def test_a_bad_host_fails_loudly_naming_the_value() -> None:
+    completed = run_emulated("import torch", host="v6e-banana")
+    assert completed.returncode != 0
+    assert "TPUREADY_EMULATE_TPU='v6e-banana'" in completed.stderr
+
+
+# --- What TorchTPU refuses ---------------------------------------------------------------
+
+
+def test_every_legacy_device_call_raises_naming_its_replacement(battery: dict[str, Any]) -> None:
+    legacy = seen(battery, "legacy")
+    assert set(legacy) == set(LEGACY)
+    for name, error in legacy.items():
+        assert error is not None, f"torch.tpu.{name}() did not raise"
+        assert (error.startswith("RuntimeError: ") and "torch.accelerator" in error) or (
+            name in ("initial_seed", "get_rng_state") and "torch." in error
+        ), error
+        assert "TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS=1" in error
+
+
+def test_the_legacy_switch_turns_the_error_into_one_warning(battery: dict[str, Any]) -> None:
+    allowed = seen(battery, "legacy_allowed")
+    assert allowed["counts"] == [1, 1]
+    assert len(allowed["warnings"]) == 1 and "device_count" in allowed["warnings"][0]
+
+
+def test_one_device_per_process(battery: dict[str, Any]) -> None:
+    calls = seen(battery, "portable_calls")
+    assert (calls["count"], calls["index"], calls["set_0"]) == (1, 0, None)
+    assert calls["set_1"] is not None and "set_device(1) is refused" in calls["set_1"]
+    assert calls["to_int"] == calls["to_tpu_3"] == "tpu:0"  # upstream issue #4164
+
+
+def test_compile_refuses_what_torchtpu_refuses(battery: dict[str, Any]) -> None:
+    compiled = seen(battery, "compile")
+    assert "NotImplementedError" in compiled["dynamic_true"]
+    assert "TypeError" in compiled["mode"] and "takes no mode" in compiled["mode"]
+    assert "backend='inductor'" in compiled["inductor"] and "#4300" in compiled["inductor"]
+    assert "torch.no_grad()" in compiled["inference_mode"]
+    assert compiled["aot_eager"] is None  # another backend is the user's choice
+
+
+def test_compile_defaults_to_static_shapes_on_the_tpu(battery: dict[str, Any]) -> None:
+    """Lengths 3, 4, 5, 4: dynamic=False compiles one graph per new length (TorchTPU's
+    default), where torch's automatic dynamic shapes would have made two."""
+    compiled = seen(battery, "compile")
+    assert (compiled["graphs"], compiled["recompiles"]) == (3, 2)
+
+
+def test_operations_on_two_devices_raise_as_on_cuda(battery: dict[str, Any]) -> None:
+    mixed = seen(battery, "mixed_device")
+    for name in ("tensor", "matmul"):
+        assert mixed[name].startswith("RuntimeError: Expected all tensors to be on the same")
+        assert "tpu:0 and cpu" in mixed[name]
+    assert mixed["scalar"] is None  # a CPU scalar is allowed, as on CUDA
+    assert mixed["cpu_index"] is None  # and CPU indices
+
+
+def test_an_operator_the_cpu_cannot_run_raises_naming_it(battery: dict[str, Any]) -> None:
+    error = seen(battery, "not_emulated")
+    assert error.startswith("NotImplementedError: aten::batch_norm_stats is not emulated")
+
+
+# --- What TorchTPU does differently --------------------------------------------------------
+
+
+def test_float32_matmuls_run_as_1_3_or_6_bf16_passes(battery: dict[str, Any]) -> None:
+    """Each pass count gives exactly tpuready.check's CPU model of the passes, and errors
+    that shrink as bf16 rounding predicts (u = 2**-8 per piece)."""
+    passes = seen(battery, "matmul_passes")
+    for count in ("1", "3", "6"):
+        assert passes[count]["equals_model"], count
+    assert 1e-4 < passes["1"]["error"] < 2**-8
+    assert 1e-7 < passes["3"]["error"] < 2**-15
+    assert passes["6"]["error"] < 2e-7  # float32's own rounding of the sum remains
+    assert passes["precision_block_equals_1_pass"]  # torch.tpu.precision overrides locally
+    assert passes["linear_equals_1_pass"]
+    assert passes["bf16_inputs_unchanged"]
+
+
+def test_autocast_on_the_tpu_is_bfloat16(battery: dict[str, Any]) -> None:
+    autocast = seen(battery, "autocast")
+    assert autocast == {
+        "default_dtype": "torch.bfloat16",
+        "matmul": "torch.bfloat16",
+        "softmax": "torch.float32",
+    }
+
+
+# --- Memory, modules, serialization --------------------------------------------------------
+
+
+def test_save_and_load_round_trip_bit_exact(battery: dict[str, Any]) -> None:
+    saved = seen(battery, "save_load")
+    assert saved == {"host_bits_equal": True, "device": "tpu:0", "device_bits_equal": True}
+
+
+def test_tied_weights_stay_tied_and_deepcopy_copies(battery: dict[str, Any]) -> None:
+    modules = seen(battery, "modules")
+    assert modules["tied"] and modules["same_parameter_object"] and modules["deepcopy_tied"]
+    assert modules["device"] == modules["deepcopy_device"] == "tpu:0"
+    assert modules["deepcopy_independent"]
+
+
+def test_a_model_trains_on_the_emulated_tpu(battery: dict[str, Any]) -> None:
+    losses = seen(battery, "training")
+    assert len(losses) == 5 and losses[-1] < losses[0] * 0.8, losses
+
+
+def test_a_storage_resizes_keeping_its_bytes_and_freeing_them(battery: dict[str, Any]) -> None:
+    resized = seen(battery, "resize")
+    assert resized == {"kept": [0.0, 1.0, 2.0, 3.0], "freed": 16, "refilled": 16}
+
+
+def test_device_storages_and_pinned_memory_do_not_crash(battery: dict[str, Any]) -> None:
+    storage = seen(battery, "storage_and_pinning")
+    assert storage == {"storage_device": "tpu:0", "pinned": [0.0, 1.0, 2.0, 3.0]}
+
+
+# --- The report ---------------------------------------------------------------------------
+
+
+def test_the_report_names_syncs_float64_and_known_gaps(battery: dict[str, Any]) -> None:
+    found = seen(battery, "report")
+    syncs = found["host_syncs"]
+    assert any(".item()" in what for what in syncs)
+    assert any(what.startswith("nonzero") for what in syncs)
+    assert any(what.startswith("print(tensor)") for what in syncs)
+    assert found["float64"] == ["a torch.float64 tensor on the device"]
+    assert found["known_gaps"] == ["linalg_cholesky_ex"]
+
+
+def test_the_report_is_printed_at_exit_and_written_as_json(tmp_path: Path) -> None:
+    target = tmp_path / "report.json"
+    completed = run_emulated(
+        "import torch; torch.ones(3, device='tpu').sum().item()",
+        extra={"TPUREADY_EMULATE_TPU_REPORT": str(target)},
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "Emulated TPU report (TorchTPU host v6e-8 (8 devices))" in completed.stderr
+    written = json.loads(target.read_text())
+    assert [(e["what"], e["count"]) for e in written["host_syncs"]] == [
+        (".item() (a value read by the host)", 1)
+    ]
+    assert written["host_syncs"][0]["where"] == "<string>:1"
+    quiet = run_emulated("import torch; torch.ones(3, device='tpu').sum().item()")
+    assert quiet.stderr == ""
+
+
+def test_report_counts_sections_and_refuses_unknown_ones() -> None:
+    report = EmulationReport(host="test host")
+    report.record("host_syncs", "item", "train.py:3")
+    report.record("host_syncs", "item", "train.py:3")
+    report.record("float64", "double")  # the place defaults to this test's line
+    assert report.total("host_syncs") == 2 and report.total("host_syncs", "other") == 0
+    data = report.as_dict()
+    assert data["host_syncs"] == [{"what": "item", "where": "train.py:3", "count": 2}]
+    assert data["float64"][0]["where"].startswith("test_emulator.py:")
+    text = report.text()
+    assert "- host syncs: 2" in text and "2 x item at train.py:3" in text
+    assert "none:" in text and "recompiles" in text
+    with pytest.raises(ValueError, match="section must be one of"):
+        report.record("speed", "fast")
+    report.clear()
+    assert all(report.total(section) == 0 for section in SECTIONS)
+
+
+def test_place_in_user_code_names_this_file() -> None:
+    assert place_in_user_code().startswith("test_emulator.py:")
+
+
+# --- Hosts ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("1", Host(TORCHTPU, "v6e", 8, 8)),
+        ("torchtpu", Host(TORCHTPU, "v6e", 8, 8)),
+        ("v6e-1", Host(TORCHTPU, "v6e", 1, 1)),
+        ("torchtpu:v5p-4", Host(TORCHTPU, "v5p", 4, 4)),
+        ("v7-4", Host(TORCHTPU, "v7", 4, 8)),  # a v7 chip is two devices
+        ("multi-device", Host(MULTI_DEVICE, None, 4, 4)),
+        ("multi-device:8", Host(MULTI_DEVICE, None, 8, 8)),
+        (" 0 ", None),
+        ("", None),
+    ],
+)
+def test_parse_host(value: str, expected: Host | None) -> None:
+    assert parse_host(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("banana", "is not a host the emulated TPU knows"),
+        ("v9-1", "unknown TPU generation 'v9'"),
+        ("v6e-16", "at most 8 devices, got 16"),
+        ("v7-8", "at most 8 devices, got 16"),
+        ("v6e-0", "at most"),
+        ("multi-device:0", "1 to 64 devices, got 0"),
+    ],
+)
+def test_parse_host_refuses_what_it_does_not_know(value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_host(value)
+
+
+# --- The launcher's rules on a TPU host ----------------------------------------------------
+
+
+def test_set_tpu_launch_env_keeps_torchtpu_s_rank_counts(battery: dict[str, Any]) -> None:
+    rules = seen(battery, "launch_rules")
+    assert "No TPU topology found for count: 2" in rules["2"]
+    assert "No TPU topology found for count: 16" in rules["16"]
+    assert rules["4"] is None
+    assert rules["default_backend"] == "tpu_dist"
+
+
+@pytest.mark.parametrize(
+    ("allowed", "at_least", "expected"),
+    [(None, 2, 2), ((1, 4, 8), 1, 1), ((1, 4, 8), 2, 4), ((2, 4, 8), 1, 2), ((1, 2, 4, 8), 2, 2)],
+)
+def test_smallest_world_size_follows_the_host(
+    monkeypatch: pytest.MonkeyPatch,
+    allowed: tuple[int, ...] | None,
+    at_least: int,
+    expected: int,
+) -> None:
+    monkeypatch.setattr(tpuready.launch, "allowed_rank_counts", lambda: allowed)
+    assert tpuready.launch.smallest_world_size(at_least) == expected
+
+
+def test_smallest_world_size_refuses_more_than_a_host_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tpuready.launch, "allowed_rank_counts", lambda: (1, 4, 8))
+    with pytest.raises(ValueError, match="at most 8 ranks, fewer than 16"):
+        tpuready.launch.smallest_world_size(16)
+    with pytest.raises(ValueError, match="at_least must be an int >= 1"):
+        tpuready.launch.smallest_world_size(0)
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        (Host(TORCHTPU, "v6e", 8, 8), (1, 4, 8)),
+        (Host(TORCHTPU, "v7", 4, 8), (2, 4, 8)),
+        (Host(MULTI_DEVICE, None, 4, 4), None),
+    ],
+)
+def test_allowed_rank_counts_of_an_emulated_host(
+    monkeypatch: pytest.MonkeyPatch, host: Host, expected: tuple[int, ...] | None
+) -> None:
+    import torch
+
+    monkeypatch.setattr(tpuready.emulator, "_LOADED", host)
+    tpu = SimpleNamespace(type="tpu")
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda **kwargs: tpu)
+    assert tpuready.launch.allowed_rank_counts() == expected
+
+
+# --- Collectives and sharding between real processes --------------------------------------
+
+RUN_WORKERS = """
+import json
+from tpuready.launch import run_workers
+from tests.emulator_workers import {worker}
+print(json.dumps(run_workers({worker}, {ranks}, timeout_seconds=180)))
+"""
+
+
+def workers_emulated(worker: str, ranks: int, host: str) -> subprocess.CompletedProcess[str]:
+    return run_emulated(RUN_WORKERS.format(worker=worker, ranks=ranks), host=host, timeout=400)
+
+
+@pytest.mark.timeout(600)
+def test_collectives_on_the_emulated_tpu_equal_gloo_on_the_cpu() -> None:
+    """A v5p host runs 2 ranks: tpu_dist on tpu:0 in each, the same numbers as gloo."""
+    from tests.emulator_workers import collectives
+    from tpuready.launch import run_workers
+
+    emulated = workers_emulated("collectives", 2, host="v5p-2")
+    assert emulated.returncode == 0, emulated.stderr
+    on_tpu = json.loads(emulated.stdout.strip().splitlines()[-1])
+    on_cpu = run_workers(collectives, 2, timeout_seconds=180)
+    for rank in range(2):
+        assert (on_tpu[rank]["device"], on_tpu[rank]["backend"]) == ("tpu:0", "tpu_dist")
+        assert (on_cpu[rank]["device"], on_cpu[rank]["backend"]) == ("cpu", "gloo")
+        for name in on_cpu[rank]:
+            if name not in ("device", "backend"):
+                assert on_tpu[rank][name] == on_cpu[rank][name], (rank, name)
+    assert on_cpu[0]["all_reduce"] == [10.0, 12.0, 14.0, 16.0]  # the worker's own arithmetic
+
+
+@pytest.mark.timeout(600)
+def test_dtensor_and_fsdp2_on_the_emulated_tpu_and_reshard_frees_memory() -> None:
+    import torch
+
+    from tests.emulator_workers import sharded_training
+    from tpuready.check import relative_error
+    from tpuready.launch import run_workers
+
+    emulated = workers_emulated("sharded_training", 2, host="v5p-2")
+    assert emulated.returncode == 0, emulated.stderr
+    on_tpu = json.loads(emulated.stdout.strip().splitlines()[-1])
+    on_cpu = run_workers(sharded_training, 2, timeout_seconds=180)
+    for rank in range(2):
+        # One bf16 pass per float32 matmul on the TPU: a relative error of a few 2**-8.
+        matmul_error = relative_error(
+            torch.tensor(on_tpu[rank]["dtensor_matmul"]),
+            torch.tensor(on_cpu[rank]["dtensor_matmul"]),
+        )
+        assert 0 < matmul_error < 2**-6, matmul_error
+        assert on_tpu[rank]["losses"] == pytest.approx(on_cpu[rank]["losses"], rel=2**-5)
+        memory = on_tpu[rank]["memory"]
+        # FSDP2 frees a layer's gathered parameters after its forward (reshard_after_forward):
+        # the emulator's memory count drops with them (a 64 x 64 layer is 16 KiB gathered).
+        assert memory["during"] - memory["after"] > 4096, memory
+
+
+@pytest.mark.timeout(600)
+def test_a_multi_device_host_refuses_two_ranks_on_one_index() -> None:
+    completed = workers_emulated("bind_every_rank_to_index_0", 2, host="multi-device:2")
+    assert completed.returncode != 0
+    assert "ranks 0 and 1 of one job both use tpu:0" in completed.stderr
+    assert "set_device_index(local_rank)" in completed.stderr
+
+
+@pytest.mark.timeout(600)
+def test_a_multi_device_host_gives_each_rank_its_own_index() -> None:
+    completed = workers_emulated("collectives", 2, host="multi-device:2")
+    assert completed.returncode == 0, completed.stderr
+    results = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert [r["backend"] for r in results] == ["tpu_dist", "tpu_dist"]
+    assert results[0]["all_reduce"] == [10.0, 12.0, 14.0, 16.0]
