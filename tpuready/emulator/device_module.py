@@ -132,8 +132,11 @@ def build_module() -> types.ModuleType:
         return host_state.device_count
 
     def current_device() -> int:
+        """0, the index every emulated tensor reports: torch's own modules (FSDP2, DeviceMesh,
+        DTensor) build `tpu:<current_device()>` and compare it with tensors' devices. The
+        index a rank bound is `torch.accelerator.current_device_index()`."""
         _refuse_legacy("current_device")
-        return host_state.current_index
+        return 0
 
     def set_device(device: int | str | torch.device) -> None:
         _refuse_legacy("set_device")
