@@ -210,10 +210,12 @@ bench: venv stack-venvs
 
 # Record where the notebooks ran in full (scripts/verify.py): under the conditions of
 # `make notebooks`, in a temporary copy, then rebuild book/verification.md from every record,
-# a failed run's too; the status is the run's (1 when a notebook failed).
+# a failed run's too; the status is the run's (1 when a notebook failed). EMULATED=1 records a run
+# on the emulated TPU (its host: EMULATE), marked as such.
 .PHONY: verify
 verify: venv stack-venvs
-	status=0; $(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) scripts/verify.py run $(NB) || status=$$?; \
+	status=0; $(NOTEBOOK_ENV) $(if $(EMULATED),TPUREADY_EMULATE_TPU=$(EMULATE) TPUREADY_EMULATE_TPU_REPORT=off) \
+	  $(NO_NETWORK) $(PY) scripts/verify.py run $(NB) || status=$$?; \
 	  $(PY) scripts/verify.py page; exit $$status
 
 serve:

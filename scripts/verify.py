@@ -541,7 +541,7 @@ def verification_page(records: list[Record], notebooks: list[tuple[str, str]]) -
             record = newest(records, kind, stem)
             cells.append(NOT_VERIFIED if record is None else _cell(record, record.notebooks[stem]))
         rows.append(f"| [{title}](../notebooks/{stem}.ipynb) | " + " | ".join(cells) + " |")
-    missing = [COLUMN_TITLES[k] for k in KINDS if not any(r.kind == k for r in records)]
+    missing = [COLUMN_TITLES[k] for k in MACHINE_KINDS if not any(r.kind == k for r in records)]
     unrecorded = ""
     if missing:
         kinds = " or ".join([", ".join(missing[:-1]), missing[-1]] if missing[:-1] else missing)
@@ -564,10 +564,12 @@ def verification_page(records: list[Record], notebooks: list[tuple[str, str]]) -
 
 Continuous integration runs every notebook on a CPU and compares its outputs with the stored
 ones. This page says where each notebook was also executed in full, every cell and so every
-`assert` in it passing, on each kind of machine: a CPU, a CUDA GPU and a Cloud TPU. Each cell
-comes from the newest record of that kind that ran the notebook: its result (a failure names
-the first cell that raised and its error), the date (UTC), the torch version and the seconds
-the notebook took from kernel start to shutdown.
+`assert` in it passing, on each kind of machine: a CPU, a CUDA GPU and a Cloud TPU, and on the
+book's [emulated TPU](reference/emulated-tpu.md), a CPU that plays TorchTPU 0.2.0's documented
+rules (CI runs every notebook on it at every change; its column shows a recorded run, and its
+seconds are a CPU's, not a TPU's). Each cell comes from the newest record of that kind that ran
+the notebook: its result (a failure names the first cell that raised and its error), the date
+(UTC), the torch version and the seconds the notebook took from kernel start to shutdown.
 
 {chr(10).join(rows)}
 
@@ -576,8 +578,9 @@ the notebook took from kernel start to shutdown.
 {unrecorded}A cell is filled only from a record. To record one, run `make verify` on such a
 machine with the book installed ([Set up your machine](setup.md) says how, for CUDA and for a
 Cloud TPU VM), then commit the new file in `verification/` and this page, which `make verify`
-rewrites. `make verify NB=notebooks/NN_slug.ipynb` records one notebook. Each record holds
-the machine's device name, driver and package versions, and each notebook's result.
+rewrites. `make verify NB=notebooks/NN_slug.ipynb` records one notebook, and `make verify
+EMULATED=1` a run on the emulated TPU (any machine). Each record holds the machine's device
+name, driver and package versions, and each notebook's result.
 
 ## The records
 
@@ -585,7 +588,15 @@ the machine's device name, driver and package versions, and each notebook's resu
 """
 
 
-KIND_PHRASES = {"cpu": "a CPU", "cuda": "a CUDA GPU", "tpu": "a Cloud TPU"}
+KIND_PHRASES = {
+    "cpu": "a CPU",
+    "cuda": "a CUDA GPU",
+    "tpu": "a Cloud TPU",
+    "emulated-tpu": "the emulated TPU",
+}
+# The machines a stamp says a notebook has "not yet" run on: real ones (CI runs every notebook
+# on the emulated TPU at every change, and a record of it is optional).
+MACHINE_KINDS = ("cpu", "cuda", "tpu")
 
 
 def stamp(records: list[Record], notebook: str) -> str:
@@ -601,7 +612,9 @@ def stamp(records: list[Record], notebook: str) -> str:
             )
     if not runs:
         return "Not yet run in full outside CI."
-    missing = [KIND_PHRASES[kind] for kind in KINDS if newest(records, kind, notebook) is None]
+    missing = [
+        KIND_PHRASES[kind] for kind in MACHINE_KINDS if newest(records, kind, notebook) is None
+    ]
     tail = f"; not yet on {' or '.join(missing)}" if missing else ""
     return f"Last verified: {'; '.join(runs)}{tail}."
 

@@ -76,6 +76,20 @@ def seen(battery: dict[str, Any], name: str) -> Any:
     return value
 
 
+# --- The reference page -------------------------------------------------------------------
+
+
+def test_every_behaviour_on_the_reference_page_names_a_test_that_exists() -> None:
+    from tpuready.emulator.behaviours import BEHAVIOURS, markdown
+
+    here = sys.modules[__name__]
+    for behaviour in BEHAVIOURS:
+        assert callable(getattr(here, behaviour.test, None)), behaviour.test
+        assert f"**{behaviour.name}.**" in markdown()
+    page = (REPOSITORY / "book" / "reference" / "emulated-tpu.md").read_text()
+    assert "tpuready.emulator.behaviours:markdown" in page
+
+
 # --- Loading ---------------------------------------------------------------------------
 
 

@@ -86,11 +86,26 @@ def test_every_notebook_has_a_row_linked_to_its_page() -> None:
 
 def test_a_kind_without_a_record_is_not_yet_verified() -> None:
     page = verify.verification_page([record("cpu")], NOTEBOOKS)
-    for stem, (cpu, cuda, tpu) in table(page).items():
+    for stem, (cpu, cuda, tpu, emulated) in table(page).items():
         assert cpu == "ok; 2026-12-05; torch 2.13.0+cpu; 12.0 s", stem
-        assert cuda == tpu == "not yet verified"
+        assert cuda == tpu == emulated == "not yet verified"
     assert 'No CUDA or TPU machine has a record yet: their columns say "not yet verified"' in page
     assert "`make verify`" in page
+
+
+def test_an_emulated_run_fills_its_own_column_and_no_machine_s() -> None:
+    emulated = record("emulated-tpu", device_name="Emulated TPU on AMD EPYC")
+    page = verify.verification_page([emulated], NOTEBOOKS)
+    for stem, (cpu, cuda, tpu, on_emulator) in table(page).items():
+        assert cpu == cuda == tpu == "not yet verified", stem
+        assert on_emulator == "ok; 2026-12-05; torch 2.13.0+cpu; 12.0 s", stem
+    assert "No CPU, CUDA or TPU machine has a record yet" in page
+    assert "Emulated TPU, Emulated TPU on AMD EPYC" in page
+    # A chapter's stamp names the emulated run and the real machines it has not run on.
+    assert verify.stamp([emulated], "01_device_agnostic_basics") == (
+        "Last verified: ran in full on the emulated TPU on 2026-12-05 with torch 2.13.0+cpu; "
+        "not yet on a CPU or a CUDA GPU or a Cloud TPU."
+    )
 
 
 def test_without_any_record_no_cell_is_filled() -> None:
@@ -104,7 +119,7 @@ def test_a_failure_names_its_cell_and_error() -> None:
     notebooks = {stem: result() for stem in STEMS}
     notebooks["05_meshes_and_dtensor"] = result(seconds=17.5, failure=failure)
     page = verify.verification_page([record("tpu", notebooks=notebooks)], NOTEBOOKS)
-    cpu, cuda, tpu = table(page)["05_meshes_and_dtensor"]  # the pipe did not split the cell
+    cpu, cuda, tpu, _ = table(page)["05_meshes_and_dtensor"]  # the pipe did not split the cell
     assert tpu == (
         r"**failed**, cell 38: RuntimeError: shapes \[2\|3\] and \*4\* differ; 2026-12-05; "
         "torch 2.13.0+cpu; 17.5 s"
@@ -301,3 +316,62 @@ def test_make_verify_runs_under_the_notebook_conditions_then_writes_the_page() -
     for condition in ("TPUREADY_OFFLINE=1", "OMP_NUM_THREADS=1", "scripts/no_network"):
         assert condition in dry_run[:run_at]
     assert "notebooks/reference_hardware.ipynb" in dry_run
+
+
+def test_a_cell_may_fail_on_the_emulated_tpu_only_when_marked_and_emulated(
+    tmp_path: Path,
+) -> None:
+    notebook = nbformat.v4.new_notebook()
+    marked = nbformat.v4.new_code_cell("raise NotImplementedError('an upstream gap')")
+    marked.metadata[verify.EMULATED_MAY_FAIL_KEY] = "the CPU has no kernel for it (upstream)"
+    notebook.cells = [marked, nbformat.v4.new_code_cell("x = 1")]
+    path = tmp_path / "gap.ipynb"
+    nbformat.write(notebook, path)
+    on_cpu = verify.execute_notebook(path)
+    assert on_cpu.failure is not None and on_cpu.failure.cell == 0  # the CPU must run it
+    assert verify.execute_notebook(path, emulated=True).ok
+
+
+def test_check_runs_only_on_the_emulated_tpu(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(verify.EMULATE_VARIABLE, raising=False)
+    with pytest.raises(SystemExit) as exit_status:
+        verify.main(["check", str(REPOSITORY / "notebooks" / "reference_hardware.ipynb")])
+    assert exit_status.value.code == 2
+    assert "set TPUREADY_EMULATE_TPU" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("target", "host"),
+    [
+        (["emulated"], "TPUREADY_EMULATE_TPU=1 "),
+        (["emulated", "EMULATE=multi-device"], "TPUREADY_EMULATE_TPU=multi-device "),
+        (["verify", "EMULATED=1"], "TPUREADY_EMULATE_TPU=1 "),
+    ],
+)
+def test_make_runs_notebooks_on_the_emulated_tpu_under_the_notebook_conditions(
+    target: list[str], host: str
+) -> None:
+    dry_run = subprocess.run(
+        ["make", "-n", *target, "NB=notebooks/reference_hardware.ipynb"],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    command = dry_run[: dry_run.index("scripts/verify.py")]
+    for condition in (host, "TPUREADY_EMULATE_TPU_REPORT=off", "OMP_NUM_THREADS=1"):
+        assert condition in command, condition
+    assert "scripts/no_network" in command
+
+
+def test_make_verify_alone_records_the_machine_not_the_emulator() -> None:
+    dry_run = subprocess.run(
+        ["make", "-n", "verify", "NB=notebooks/reference_hardware.ipynb"],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    assert "TPUREADY_EMULATE_TPU" not in dry_run
