@@ -1,6 +1,7 @@
 # TPU-ready PyTorch. Two commands set everything up on a fresh machine:
 #   make book   -> .venv with the exact pins, then the site in _build/html
-#   make test   -> lint, unit tests, nbval (strict) over every notebook, book build, browser
+#   make test   -> lint, unit tests, nbval (strict) over every notebook, every notebook on the
+#                  emulated TPU, book build, browser
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
@@ -56,14 +57,14 @@ QUIET_PIP := { grep -v "^WARNING: Location" || true; }
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	--nbval-cell-timeout=300 -p tests.notebook_time_budget --ignore=notebooks/examples
 
-.PHONY: help venv stack-venvs vllm-venv titan-venv stacks-unsupported book check test lint unit nbval nbval-native nbval-portable emulated site notebooks bench serve lab \
+.PHONY: help venv stack-venvs vllm-venv titan-venv stacks-unsupported book check test lint unit nbval nbval-native nbval-portable emulated emulated-hosts site notebooks bench serve lab \
 	chromium clean
 
 help:
 	@echo "make book       create .venv, install the pins, build the site into _build/html"
 	@echo "                TORCH=cpu takes torch from PyTorch's CPU wheel index (no CUDA libraries)"
 	@echo "make check      a learner's set-up check (seconds, no browser): PASS or what to fix"
-	@echo "make test       lint, unit tests, nbval over every notebook, book build, browser checks"
+	@echo "make test       lint, unit tests, nbval and the emulated TPU over every notebook, book build, browser checks"
 	@echo "make notebooks  re-execute every notebook in place (one: make notebooks NB=notebooks/01_....ipynb)"
 	@echo "                FRESH=1 also replaces stored timing samples of unchanged cells"
 	@echo "make nbval      validate notebooks against their stored outputs under two CPU kernel paths (one: NB=...)"
@@ -127,7 +128,7 @@ book: venv stack-venvs
 	@echo "The site is in $(CURDIR)/_build/html. Open _build/html/index.html in a browser,"
 	@echo "or run 'make serve' and visit http://127.0.0.1:8000"
 
-test: venv stack-venvs chromium lint unit nbval site
+test: venv stack-venvs chromium lint unit nbval emulated-hosts site
 
 # What a learner runs instead of `make test` (no Chromium, no network): the set-up notebook in
 # a kernel, as Lab runs it, ending in PASS or the list of what to fix (tpuready/setup_check.py).
@@ -201,6 +202,12 @@ EMULATED_ENV := $(NOTEBOOK_ENV) TPUREADY_EMULATE_TPU_REPORT=off
 emulated: venv stack-venvs
 	$(EMULATED_ENV) TPUREADY_EMULATE_TPU=$(EMULATE) $(NO_NETWORK) $(PY) scripts/verify.py check \
 	  $(or $(NB),$(if $(STACKS_SUPPORTED),,$(addprefix --skip ,$(STACK_NOTEBOOKS))))
+
+# make test's emulated stage: every notebook on TorchTPU's host, then the notebooks that start
+# ranks on the multi-device host as well (each rank binds its own index there).
+emulated-hosts: venv stack-venvs
+	$(MAKE) --no-print-directory emulated EMULATE=1 NB=
+	$(MAKE) --no-print-directory emulated EMULATE=multi-device NB="$(RANK_NOTEBOOKS)"
 
 notebooks: venv stack-venvs
 	$(NOTEBOOK_ENV) $(NO_NETWORK) $(PY) scripts/notebooks.py execute $(if $(FRESH),--fresh) $(NB)

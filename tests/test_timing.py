@@ -276,3 +276,14 @@ def test_order_of_the_samples_does_not_change_the_figures(data, values: list[flo
     shuffled = data.draw(st.permutations(values))
     original, reordered = TimingResult(tuple(values)), TimingResult(tuple(shuffled))
     assert (original.median, original.minimum) == (reordered.median, reordered.minimum)
+
+
+def test_a_timing_is_labelled_only_under_the_emulated_tpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tpuready.emulator
+    from tpuready.emulator.host import parse_host
+    from tpuready.timing import EMULATED_NOTE, timing_note
+
+    assert timing_note() == ""  # this interpreter runs no emulator
+    monkeypatch.setattr(tpuready.emulator, "_LOADED", parse_host("1"))
+    assert timing_note() == EMULATED_NOTE
+    assert "not a TPU's" in EMULATED_NOTE

@@ -23,6 +23,8 @@ One module per idea; import the one you need (`from tpuready import hardware`):
 - `fix`: `python -m tpuready audit-source --fix`, rewrite what the audit finds (chapter 1).
 - `validate`: one check of calculator arguments and one error family, `InputError`.
 - `offline`: the network guard the notebooks run under in the tests.
+- `emulator`: the emulated TPU, a `tpu` device on the CPU with TorchTPU 0.2.0's documented rules,
+  loaded by `import torch` when `TPUREADY_EMULATE_TPU=1` (chapter 1; CI runs every notebook on it).
 """
 
 __version__ = "0.1.0"

@@ -11,7 +11,10 @@ Each rank's backend and device come from one place, `choose_rank_placement`, use
   than ranks (4 ranks on a 1-GPU workstation): gloo on the CPU, and the reason says so;
 - a TPU (TorchTPU): `tpu_dist`, every rank on `tpu:0`, as TorchTPU shows each process its
   one device; the launch variables TorchTPU needs are set in the caller first
-  (`prepare_launch_environment`);
+  (`prepare_launch_environment`), and a host runs only the rank counts of its generation
+  (`TPU_RANKS_PER_HOST`; `smallest_world_size` picks a count it runs);
+- the book's emulated multi-device host (`TPUREADY_EMULATE_TPU=multi-device`, CUDA's host
+  model with the device type `tpu`): one device per rank, as for CUDA below;
 - another accelerator: its default backend in torch.distributed (xccl for XPU) with one
   device per rank, else gloo on the CPU.
 

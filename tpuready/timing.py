@@ -38,7 +38,18 @@ from typing import Any
 
 import torch
 
-__all__ = ["TimingError", "TimingResult", "time_call", "wait_for"]
+__all__ = ["EMULATED_NOTE", "TimingError", "TimingResult", "time_call", "timing_note", "wait_for"]
+
+EMULATED_NOTE = " (emulated TPU: this CPU's time, not a TPU's)"
+
+
+def timing_note() -> str:
+    """What to print after a device timing: nothing, or under the emulated TPU
+    (`tpuready.emulator`) a note that the clock timed this CPU playing a TPU, which says
+    nothing about a TPU's speed."""
+    from tpuready.emulator import is_emulated
+
+    return EMULATED_NOTE if is_emulated() else ""
 
 
 class TimingError(ValueError):
