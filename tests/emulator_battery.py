@@ -130,6 +130,30 @@ def _() -> dict[str, Any]:
     return found
 
 
+@check("convolution")
+def _() -> dict[str, Any]:
+    """A convolution: the backend hook PyTorch calls for a device it does not know."""
+    generator = torch.Generator().manual_seed(2)
+    images = torch.randn(2, 3, 9, 9, generator=generator)
+    weight = torch.randn(4, 3, 3, 3, generator=generator, requires_grad=True)
+    bias = torch.randn(4, generator=generator)
+    torch.set_float32_matmul_precision("medium")
+    on_device = torch.nn.functional.conv2d(images.to("tpu"), weight.to("tpu"), bias.to("tpu"))
+    model = torch.nn.functional.conv2d(
+        images.bfloat16().float(), weight.detach().bfloat16().float(), bias
+    )
+    on_device.sum().backward()
+    return {
+        "equals_one_pass_model": torch.equal(on_device.detach().cpu(), model),
+        "weight_grad_shape": list(weight.grad.shape),
+        "bf16": str(
+            torch.nn.functional.conv2d(
+                images.to("tpu").bfloat16(), weight.detach().to("tpu").bfloat16()
+            ).dtype
+        ),
+    }
+
+
 @check("autocast")
 def _() -> dict[str, str]:
     left = torch.randn(8, 8, device="tpu")

@@ -216,6 +216,15 @@ def test_float32_matmuls_run_as_1_3_or_6_bf16_passes(battery: dict[str, Any]) ->
     assert passes["bf16_inputs_unchanged"]
 
 
+def test_convolutions_run_forward_and_backward_in_passes(battery: dict[str, Any]) -> None:
+    convolution = seen(battery, "convolution")
+    assert convolution == {
+        "equals_one_pass_model": True,
+        "weight_grad_shape": [4, 3, 3, 3],
+        "bf16": "torch.bfloat16",
+    }
+
+
 def test_autocast_on_the_tpu_is_bfloat16(battery: dict[str, Any]) -> None:
     autocast = seen(battery, "autocast")
     assert autocast == {
