@@ -293,6 +293,38 @@ def _() -> dict[str, Any]:
     }
 
 
+@check("pitfalls")
+def _() -> dict[str, Any]:
+    """What a Python backend gets wrong unless it takes care (the issue's list)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    left = torch.randn(8, 8, device="tpu")
+    with profile(activities=[ProfilerActivity.CPU]) as profiled:
+        left @ left + 1
+    events = sorted({event.name for event in profiled.events()})
+    counts = torch.histc(torch.tensor([0, 1, 1, 3], device="tpu"), bins=4, min=0, max=3)
+
+    def block(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ x) + 1
+
+    explained = torch._dynamo.explain(block)(left)
+    torch._dynamo.reset()
+    emulator.report().clear()
+    first, second = torch.nn.Linear(8, 8).to("tpu"), torch.nn.Linear(8, 8).to("tpu")
+    torch.compile(first)(left)
+    torch.compile(second)(left)  # the same code: Dynamo's cache, not a second compile
+    graphs = emulator.report().total("graphs")
+    torch._dynamo.reset()
+    return {
+        "profiler_events": events,
+        "integer_histc": [str(counts.dtype), counts.tolist()],
+        "graph_breaks": explained.graph_break_count,
+        "graphs": explained.graph_count,
+        "two_compiled_blocks_graphs": graphs,
+        "wrapped_number": (torch.ones(2, device="tpu") * 3 + 0.5).tolist(),
+    }
+
+
 @check("report")
 def _() -> dict[str, Any]:
     emulator.report().clear()

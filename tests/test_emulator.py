@@ -264,6 +264,19 @@ def test_device_storages_and_pinned_memory_do_not_crash(battery: dict[str, Any])
     assert storage == {"storage_device": "tpu:0", "pinned": [0.0, 1.0, 2.0, 3.0]}
 
 
+def test_the_pitfalls_of_a_python_backend_are_avoided(battery: dict[str, Any]) -> None:
+    pitfalls = seen(battery, "pitfalls")
+    # The profiler shows the device operators the program ran, not the CPU ones serving them.
+    assert pitfalls["profiler_events"] == ["aten::add", "aten::matmul", "aten::mm"]
+    # The CPU has no integer histc (transformers' MoE calls it off the CPU).
+    assert pitfalls["integer_histc"] == ["torch.int64", [1, 2, 0, 1]]
+    # Dynamo does not trace into the emulator's kernels: one graph, no break.
+    assert (pitfalls["graphs"], pitfalls["graph_breaks"]) == (1, 0)
+    # One backend for every torch.compile call: a second module of the same code reuses it.
+    assert pitfalls["two_compiled_blocks_graphs"] == 1
+    assert pitfalls["wrapped_number"] == [3.5, 3.5]
+
+
 # --- The report ---------------------------------------------------------------------------
 
 
