@@ -494,3 +494,21 @@ def test_a_multi_device_host_gives_each_rank_its_own_index() -> None:
     results = json.loads(completed.stdout.strip().splitlines()[-1])
     assert [r["backend"] for r in results] == ["tpu_dist", "tpu_dist"]
     assert results[0]["all_reduce"] == [10.0, 12.0, 14.0, 16.0]
+
+
+def test_claims_of_jobs_that_ended_long_ago_are_removed(tmp_path: Path) -> None:
+    from tpuready.emulator.state import CLAIMS_PREFIX, STALE_CLAIMS_SECONDS, _remove_stale_claims
+
+    old, fresh, other = (
+        tmp_path / f"{CLAIMS_PREFIX}old",
+        tmp_path / f"{CLAIMS_PREFIX}new",
+        tmp_path / "x",
+    )
+    for folder in (old, fresh, other):
+        folder.mkdir()
+        (folder / "tpu0").write_text("0 1")
+    long_ago = old.stat().st_mtime - STALE_CLAIMS_SECONDS - 60
+    os.utime(old, (long_ago, long_ago))
+    os.utime(other, (long_ago, long_ago))
+    _remove_stale_claims(tmp_path)
+    assert not old.exists() and fresh.exists() and other.exists()

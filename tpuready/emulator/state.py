@@ -85,8 +85,10 @@ class EmulatorState:
             self._claimed.add(index)
             return
         job = os.environ.get("TORCHELASTIC_RUN_ID") or f"{os.environ.get('MASTER_ADDR', '')}-{port}"
-        folder = Path(tempfile.gettempdir()) / f"tpuready-emulated-host-{job}"
-        folder.mkdir(exist_ok=True)
+        folder = Path(tempfile.gettempdir()) / f"{CLAIMS_PREFIX}{job}"
+        if not folder.exists():
+            _remove_stale_claims(folder.parent)
+            folder.mkdir(exist_ok=True)
         claim = folder / f"tpu{index}"
         mine = f"{rank} {os.getpid()}"
         try:
@@ -103,6 +105,23 @@ class EmulatorState:
                 ) from None
             claim.write_text(mine)
         self._claimed.add(index)
+
+
+CLAIMS_PREFIX = "tpuready-emulated-host-"
+STALE_CLAIMS_SECONDS = 3600.0  # no job of the book runs an hour: its claims are left over
+
+
+def _remove_stale_claims(parent: Path) -> None:
+    """Remove the claim folders of jobs that ended long ago (ranks exit without clean-up)."""
+    import shutil
+    import time
+
+    for folder in parent.glob(f"{CLAIMS_PREFIX}*"):
+        try:
+            if time.time() - folder.stat().st_mtime > STALE_CLAIMS_SECONDS:
+                shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def _alive(pid: int) -> bool:
