@@ -512,3 +512,53 @@ def test_claims_of_jobs_that_ended_long_ago_are_removed(tmp_path: Path) -> None:
     os.utime(other, (long_ago, long_ago))
     _remove_stale_claims(tmp_path)
     assert not old.exists() and fresh.exists() and other.exists()
+
+
+def _torchrun_chapter_5(extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Chapter 5's worker file under torchrun, 4 ranks, on the emulated TPU."""
+    script = REPOSITORY / "notebooks" / "workers" / "ch05_sharded_matmul.py"
+    environment = {
+        **os.environ,
+        "TPUREADY_EMULATE_TPU": "1",
+        "TPUREADY_EMULATE_TPU_REPORT": "off",
+        "OMP_NUM_THREADS": "1",
+        **extra,
+    }
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    return subprocess.run(
+        [*command, "--nproc-per-node=4", str(script)],
+        cwd=REPOSITORY,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+
+
+@pytest.mark.timeout(900)
+def test_torchrun_on_the_emulated_tpu_needs_the_launch_environment() -> None:
+    """TorchTPU's ranks need launch variables from their parent: torchrun alone fails with
+    its message, and with them (what `python -m torch.tpu.distributed` prints on a TPU VM;
+    here the emulator's own variable) chapter 5's file runs on tpu_dist and gives the product."""
+    import torch
+
+    from tpuready.emulator.distributed import LAUNCH_VARIABLE
+
+    sys.path.insert(0, str(REPOSITORY / "notebooks"))
+    try:
+        from workers.ch05_sharded_matmul import make_operands
+    finally:
+        sys.path.remove(str(REPOSITORY / "notebooks"))
+    without = _torchrun_chapter_5({})
+    assert without.returncode != 0
+    assert "Check failed: client != nullptr" in without.stderr
+    launched = _torchrun_chapter_5({LAUNCH_VARIABLE: "1,4"})
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    line = next(x for x in launched.stdout.splitlines() if x.startswith(("[", "{")))
+    results = json.loads(line)
+    left, right = make_operands()
+    for result in results:
+        assert result["counts"] == {"reduce-scatter": 1}
+        # Small whole numbers are exact in bf16: one pass gives the exact product.
+        assert torch.equal(torch.tensor(result["full"]), left @ right)
