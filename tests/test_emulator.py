@@ -366,6 +366,12 @@ def test_parse_host_refuses_what_it_does_not_know(value: str, message: str) -> N
         parse_host(value)
 
 
+def test_a_host_describes_itself() -> None:
+    assert parse_host("1").describe() == "TorchTPU host v6e-8 (8 devices)"
+    assert parse_host("v6e-1").describe() == "TorchTPU host v6e-1 (1 device)"
+    assert parse_host("multi-device:2").describe() == "multi-device host (2 devices)"
+
+
 # --- The launcher's rules on a TPU host ----------------------------------------------------
 
 

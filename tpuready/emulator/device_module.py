@@ -140,14 +140,15 @@ def build_module() -> types.ModuleType:
 
     def set_device(device: int | str | torch.device) -> None:
         _refuse_legacy("set_device")
-        set_device_index(_index_of(device))
+        # The emulator's own set_device: it applies the host's rules.
+        set_device_index(_index_of(device))  # tpuready: ignore[set-device-index]
 
     @contextlib.contextmanager
     def device(index: int | str | torch.device | None) -> Iterator[None]:
         _refuse_legacy("device")
         previous = host_state.current_index
         if index is not None:
-            set_device_index(_index_of(index))
+            set_device_index(_index_of(index))  # tpuready: ignore[set-device-index]
         try:
             yield
         finally:

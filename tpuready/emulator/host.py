@@ -48,9 +48,10 @@ class Host:
 
     def describe(self) -> str:
         """One phrase for messages and the report: `TorchTPU host v6e-8 (8 devices)`."""
+        devices = "1 device" if self.devices == 1 else f"{self.devices} devices"
         if self.model == TORCHTPU:
-            return f"TorchTPU host {self.generation}-{self.chips} ({self.devices} devices)"
-        return f"multi-device host ({self.devices} devices)"
+            return f"TorchTPU host {self.generation}-{self.chips} ({devices})"
+        return f"multi-device host ({devices})"
 
 
 def _syntax_error(value: str) -> ValueError:

@@ -39,9 +39,10 @@ def _accelerator_calls() -> None:
     """Route torch.accelerator's device-index calls through the emulated host's rules."""
     host_state = state.state()
 
+    # These serve torch.accelerator's index calls: the host's rules apply inside.
     def set_index(index: int) -> None:
         if index >= 0:
-            device_module.set_device_index(index)
+            device_module.set_device_index(index)  # tpuready: ignore[set-device-index]
 
     def get_index() -> int:
         return host_state.current_index
@@ -49,7 +50,7 @@ def _accelerator_calls() -> None:
     def exchange(index: int) -> int:
         previous = host_state.current_index
         if index >= 0 and index != previous:
-            device_module.set_device_index(index)
+            device_module.set_device_index(index)  # tpuready: ignore[set-device-index]
         return previous
 
     def synchronize(index: int = -1) -> None:
