@@ -483,10 +483,13 @@ def test_every_plot_has_a_description(path: Path) -> None:
 
 # Loader and loading options this book has run only on a CPU: a notebook that uses one in
 # code must say, in its prose, that it is untested on TorchTPU.
-# (A signature's `pin_memory=None`, as chapter 2 prints one, is not a use.)
+# (A signature's `pin_memory=None`, as chapter 2 prints one, is not a use.) `torch.load` to a
+# device makes torch.serialization call `torch.tpu.is_available()` and `device_count()` for a
+# `tpu` location (chapter 1, step 11); loading to the host is the tested route.
 UNTESTED_ON_TPU = {
     "pin_memory": re.compile(r"\bpin_memory=(?!None\b|False\b)"),
     "device_map": re.compile(r"\bdevice_map=(?!None\b)"),
+    "map_location": re.compile(r"\bmap_location=(?!None\b|(torch\.device\()?[\"']cpu[\"'])"),
 }
 
 
