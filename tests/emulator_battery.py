@@ -293,6 +293,29 @@ def _() -> dict[str, Any]:
     }
 
 
+def numbers_for_tensors() -> dict[str, Any]:
+    """`x % 2`: the dispatcher hands a Python kernel the 2 itself, not a tensor."""
+    values = torch.arange(4, device="tpu", dtype=torch.int32)
+    return {
+        "remainder": (values % 2).tolist(),
+        "dtype": str((values % 2).dtype),  # a wrapped number does not widen int32
+        "bitwise_and": (values & 1).tolist(),
+        "fmod": values.float().fmod(3).tolist(),
+    }
+
+
+def break_reasons_after_tolist() -> list[str]:
+    """A graph break runs the rest eagerly: Dynamo must not trace the emulator meanwhile."""
+
+    def largest_error(left: torch.Tensor, right: torch.Tensor) -> float:
+        return max((left - right).abs().flatten().tolist())
+
+    left, right = torch.randn(8, device="tpu"), torch.randn(8, device="tpu")
+    explained = torch._dynamo.explain(largest_error)(left, right)
+    torch._dynamo.reset()
+    return [str(reason.reason).splitlines()[0] for reason in explained.break_reasons]
+
+
 @check("pitfalls")
 def _() -> dict[str, Any]:
     """What a Python backend gets wrong unless it takes care (the issue's list)."""
@@ -322,6 +345,8 @@ def _() -> dict[str, Any]:
         "graphs": explained.graph_count,
         "two_compiled_blocks_graphs": graphs,
         "wrapped_number": (torch.ones(2, device="tpu") * 3 + 0.5).tolist(),
+        "numbers_for_tensors": numbers_for_tensors(),
+        "break_reasons_after_tolist": break_reasons_after_tolist(),
     }
 
 

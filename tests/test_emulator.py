@@ -275,6 +275,15 @@ def test_the_pitfalls_of_a_python_backend_are_avoided(battery: dict[str, Any]) -
     # One backend for every torch.compile call: a second module of the same code reuses it.
     assert pitfalls["two_compiled_blocks_graphs"] == 1
     assert pitfalls["wrapped_number"] == [3.5, 3.5]
+    assert pitfalls["numbers_for_tensors"] == {
+        "remainder": [0, 1, 0, 1],
+        "dtype": "torch.int32",
+        "bitwise_and": [0, 1, 0, 1],
+        "fmod": [0.0, 1.0, 2.0, 0.0],
+    }
+    # Only the user's own break: none inside the emulator's code run after it.
+    reasons = pitfalls["break_reasons_after_tolist"]
+    assert len(reasons) == 1 and "tolist" in reasons[0], reasons
 
 
 # --- The report ---------------------------------------------------------------------------

@@ -6,6 +6,7 @@ The order matters (torch's own helper for Python backends says so): rename `Priv
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -90,6 +91,53 @@ def _device_storages() -> None:
     torch.UntypedStorage.resize_ = resize_
 
 
+def _hide_from_dynamo() -> None:
+    """Keep Dynamo out of the emulator's Python code, as it stays out of a C++ backend's.
+
+    A graph break runs the rest of a call eagerly, and Dynamo tries to compile every new Python
+    frame that starts meanwhile: the emulator's kernels would be traced as user code (a
+    spurious break at `sys._getframe` in the report's code). Every function of the emulator is
+    skipped, with what it calls; the patched `torch.compile` only itself, since it calls the
+    compiled function, which Dynamo must see."""
+    from torch._C._dynamo.eval_frame import (
+        _FrameAction,
+        _FrameExecStrategy,
+        set_code_exec_strategy,
+    )
+
+    from tpuready.emulator import compile as emulated_compile
+
+    modules = (device_module, distributed, findings, kernels, memory, state, sys.modules[__name__])
+    for module, recursive in [(m, True) for m in modules] + [(emulated_compile, False)]:
+        nested = _FrameAction.SKIP if recursive else _FrameAction.DEFAULT
+        strategy = _FrameExecStrategy(_FrameAction.SKIP, nested)
+        for code in _code_objects(module):
+            set_code_exec_strategy(code, strategy)
+
+
+def _code_objects(module: Any) -> list[Any]:
+    """Every code object a module defines: its functions, methods and the functions in them."""
+    import inspect
+    import types
+
+    found: list[types.CodeType] = []
+    pending = [
+        value.__code__
+        for value in vars(module).values()
+        if inspect.isfunction(value) and value.__module__ == module.__name__
+    ]
+    for value in vars(module).values():
+        if inspect.isclass(value) and value.__module__ == module.__name__:
+            pending += [
+                member.__code__ for member in vars(value).values() if inspect.isfunction(member)
+            ]
+    while pending:
+        code = pending.pop()
+        found.append(code)
+        pending += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return found
+
+
 def install(host: Host) -> None:
     """Register everything; see `tpuready.emulator`'s docstring for what it emulates."""
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
@@ -111,3 +159,4 @@ def install(host: Host) -> None:
     )
     torch.set_autocast_dtype("tpu", torch.bfloat16)
     findings.print_at_exit(host.describe())
+    _hide_from_dynamo()

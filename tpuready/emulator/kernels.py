@@ -84,7 +84,16 @@ _MATMULS = frozenset({"mm", "bmm", "addmm", "baddbmm", "_grouped_mm"})
 class _OpInfo:
     """What the fallback needs to know about one operator overload, worked out once."""
 
-    __slots__ = ("data_dependent", "gap", "generator", "matmul", "metadata_only", "name", "outs")
+    __slots__ = (
+        "data_dependent",
+        "gap",
+        "generator",
+        "matmul",
+        "metadata_only",
+        "name",
+        "outs",
+        "tensor_positions",
+    )
 
     def __init__(self, op: torch._ops.OpOverload) -> None:
         schema = op._schema
@@ -104,6 +113,13 @@ class _OpInfo:
             self.name == "repeat_interleave" and op._overloadname == "Tensor"
         )
         self.gap = self.name in KNOWN_GAPS
+        # Where a Python number may stand for a Tensor: the dispatcher hands a Python kernel a
+        # wrapped number (`x % 2`) as the number itself.
+        self.tensor_positions = tuple(
+            i
+            for i, a in enumerate(schema.arguments)
+            if not a.kwarg_only and isinstance(a.type, torch._C.TensorType)
+        )
 
 
 _INFO: dict[torch._ops.OpOverload, _OpInfo] = {}
@@ -242,6 +258,10 @@ def _fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
             result = _matmul_in_passes(op, info.name, cpu_args, cpu_kwargs)
         elif info.matmul and _operand_dtype(info.name, cpu_args) == torch.bfloat16:
             result = _bf16_matmul(op, cpu_args, cpu_kwargs)
+        elif _number_for_a_tensor(info, cpu_args):
+            # The overload packet picks the overload that takes a number (remainder.Scalar),
+            # with a wrapped number's type promotion, as the C++ side would have.
+            result = op.overloadpacket(*cpu_args, **cpu_kwargs)
         else:
             result = op(*cpu_args, **cpu_kwargs)
     except NotImplementedError as error:
@@ -253,6 +273,13 @@ def _fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
         target.resize_(fresh.shape)
         memory.cpu_view(target).copy_(fresh)
     return call.up(result)
+
+
+def _number_for_a_tensor(info: _OpInfo, args: list[Any]) -> bool:
+    return any(
+        i < len(args) and isinstance(args[i], (int, float, complex, bool))
+        for i in info.tensor_positions
+    )
 
 
 def _has_bool_index(args: tuple[Any, ...]) -> bool:
