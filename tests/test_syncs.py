@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -19,6 +21,7 @@ from tpuready.syncs import (
     GraphBreak,
     GraphReport,
     HostSyncCounter,
+    adam_step_counter_reads,
     explain_graphs,
     quiet_compiler_logs,
 )
@@ -164,10 +167,10 @@ def test_copies_from_a_non_cpu_device_count_at_the_aten_level() -> None:
     assert syncs.by_call() == {"Tensor.cpu": 1, "aten._to_copy": 1}
 
 
-def _one_adamw_step() -> tuple[torch.optim.Optimizer, torch.Tensor]:
+def _one_adamw_step(**options: object) -> tuple[torch.optim.Optimizer, torch.Tensor]:
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 1)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, **options)
     loss = model(VALUES).pow(2).mean()
     loss.backward()
     return optimizer, loss
@@ -177,7 +180,7 @@ def test_optimizer_step_counters_are_skipped_only_when_named() -> None:
     optimizer, loss = _one_adamw_step()
     with HostSyncCounter() as everything:
         optimizer.step()
-    # The default AdamW reads one CPU step counter per parameter (weight and bias).
+    # The default AdamW on a CPU reads one CPU step counter per parameter (weight and bias).
     assert everything.by_call() == {"Tensor.item": 2}
 
     optimizer, loss = _one_adamw_step()
@@ -185,6 +188,83 @@ def test_optimizer_step_counters_are_skipped_only_when_named() -> None:
         optimizer.step()
         loss.item()  # a real read of a computed value still counts
     assert syncs.by_call() == {"Tensor.item": 1}
+
+
+def test_named_optimizers_skip_both_reads_of_the_foreach_implementation() -> None:
+    # foreach, the default on an accelerator, reads each step counter twice per step.
+    optimizer, loss = _one_adamw_step(foreach=True)
+    with HostSyncCounter() as everything:
+        optimizer.step()
+    assert everything.by_call() == {"Tensor.item": 4}  # 2 parameters, 2 reads each
+
+    optimizer, loss = _one_adamw_step(foreach=True)
+    with HostSyncCounter(optimizers=[optimizer]) as syncs:
+        optimizer.step()
+        optimizer.step()  # the second step reads the same counters again
+        loss.item()
+    assert syncs.by_call() == {"Tensor.item": 1}
+
+
+@pytest.mark.parametrize(("foreach", "reads"), [(False, 1), (True, 2)])
+def test_each_adamw_implementation_reads_step_counters_as_documented(
+    foreach: bool, reads: int
+) -> None:
+    optimizer, _ = _one_adamw_step(foreach=foreach)
+    with HostSyncCounter() as syncs:
+        optimizer.step()
+    num_parameters = 2  # weight and bias
+    assert syncs.by_call() == {"Tensor.item": reads * num_parameters}
+
+
+# The module that defines torch's foreach device list, and the one Adam's default reads it from.
+FOREACH_LIST_READERS = ("utils._foreach_utils", "optim.optimizer")
+
+
+@pytest.mark.parametrize("cpu_on_foreach_list", [False, True])
+def test_adam_step_counter_reads_follows_torchs_foreach_list(
+    monkeypatch: pytest.MonkeyPatch, cpu_on_foreach_list: bool
+) -> None:
+    # torch's foreach device list decides AdamW's default implementation. Put the CPU on it
+    # (in both places torch reads it), and a real step's reads and the function move together.
+    modules = [importlib.import_module(f"torch.{name}") for name in FOREACH_LIST_READERS]
+    listed = modules[0]._get_foreach_kernels_supported_devices()
+    if cpu_on_foreach_list:
+
+        def with_cpu() -> list[str]:
+            return [*listed, "cpu"]
+
+        for module in modules:
+            monkeypatch.setattr(module, "_get_foreach_kernels_supported_devices", with_cpu)
+    reads = adam_step_counter_reads("cpu")
+    assert reads == (2 if cpu_on_foreach_list else 1)
+    optimizer, _ = _one_adamw_step()
+    with HostSyncCounter() as syncs:
+        optimizer.step()
+    assert syncs.by_call() == {"Tensor.item": reads * 2}  # weight and bias
+
+
+def test_adam_step_counter_reads_on_accelerators_and_the_cpu() -> None:
+    privateuse1 = torch._C._get_privateuse1_backend_name()  # "tpu" once TorchTPU renames it
+    for accelerator in ("cuda", "xpu", torch.device("cuda", 1), privateuse1):
+        assert adam_step_counter_reads(accelerator) == 2, accelerator
+    for host_or_shape_only in ("cpu", torch.device("cpu"), "meta"):
+        assert adam_step_counter_reads(host_or_shape_only) == 1, host_or_shape_only
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "shown"),
+    [
+        (0, TypeError, "got 0 (int)"),
+        (None, TypeError, "got None (NoneType)"),
+        ("nonsense", ValueError, "got 'nonsense'"),
+        ("", ValueError, "got ''"),
+    ],
+)
+def test_adam_step_counter_reads_names_a_bad_device(
+    bad: object, error: type[Exception], shown: str
+) -> None:
+    with pytest.raises(error, match=re.escape(shown)):
+        adam_step_counter_reads(bad)  # type: ignore[arg-type]
 
 
 def test_optimizers_must_be_optimizers() -> None:

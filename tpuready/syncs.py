@@ -9,6 +9,8 @@ what costs on a TPU, and it is the same number on every machine.
 - `HostSyncCounter` counts the calls that would make the host wait, with the call's name.
 - `explain_graphs` runs a function once under `torch._dynamo.explain` and returns the graph
   count, the break count and every break reason (with the source line) as plain data.
+- `adam_step_counter_reads` says how many of those reads one Adam or AdamW step makes per
+  parameter on a device: the count follows the implementation PyTorch picks there.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.utils._foreach_utils as foreach_utils
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -33,6 +36,7 @@ __all__ = [
     "GraphReport",
     "HostSync",
     "HostSyncCounter",
+    "adam_step_counter_reads",
     "explain_graphs",
     "quiet_compiler_logs",
 ]
@@ -128,8 +132,10 @@ class HostSyncCounter:
 
     `optimizers`: optimizers whose step counters are host data. Without `fused` or
     `capturable`, PyTorch's Adam-family optimizers keep each parameter's step counter on the
-    CPU on every device and read it with `.item()` each step; that read never waits for an
-    accelerator, but a CPU rehearsal cannot tell it apart from one that does.
+    CPU on every device and read it with `.item()` each step (once or twice per parameter,
+    depending on the device: `adam_step_counter_reads`); that read never waits for an
+    accelerator, but a CPU rehearsal cannot tell it apart from one that does. Every read of a
+    named optimizer's step counter is skipped, however many the implementation makes.
     """
 
     def __init__(
@@ -332,6 +338,28 @@ def _classify_copy(
     if not isinstance(source, torch.Tensor) or source.device.type == "cpu":
         return None
     return (_aten_name(func), COPY_TO_HOST) if counter._counts_tensor(source) else None
+
+
+def adam_step_counter_reads(device: torch.device | str) -> int:
+    """How many times one default Adam or AdamW step (no `foreach`, `fused`, `capturable`)
+    reads each parameter's step counter with `.item()`, its parameters being on `device`."""
+    # torch 2.13 defaults to `foreach` on the devices of its foreach list (CUDA, XPU, MTIA and
+    # the PrivateUse1 backend, which TorchTPU is); `_multi_tensor_adam` reads each step counter
+    # twice, once per bias correction. The per-tensor loop run elsewhere (the CPU) reads it once.
+    if not isinstance(device, torch.device | str):
+        raise TypeError(
+            f"device must be a torch.device or a device string, got {device!r} "
+            f"({type(device).__name__}): pass e.g. choose_device() or 'cpu'"
+        )
+    try:
+        device_type = torch.device(device).type
+    except RuntimeError:
+        raise ValueError(
+            f"device must name a device type PyTorch knows, got {device!r}: "
+            "pass e.g. choose_device() or 'cpu'"
+        ) from None
+    foreach_devices = foreach_utils._get_foreach_kernels_supported_devices()
+    return 2 if device_type in foreach_devices else 1
 
 
 @dataclass(frozen=True)
