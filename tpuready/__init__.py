@@ -12,6 +12,7 @@ One module per idea; import the one you need (`from tpuready import hardware`):
 - `timing`: wait for a device result by copying it to the host; time a call (chapters 1, 11, 15).
 - `hardware`: accelerator figures with their vendor sources (reference page).
 - `launch`: run a worker on N processes, each rank on the backend and device of its host (Part II).
+- `port_check`: run a port's launch lines as each rank of a host would; where each went (chapter 6).
 - `ici`: collective times on a TPU slice's torus, per mesh axis (chapters 5, 7, 9).
 - `plan`: per-chip memory, bytes per mesh axis and roofline step time of a sharded run (chapter 9).
 - `buckets`: the padding buckets that waste the fewest tokens, and a collate helper (chapter 12).

@@ -280,6 +280,7 @@ def fsdp_worker(
     bf16_losses, _ = train(bf16_model, batches, rank, world_size)
     return {
         "rank": rank,
+        "device_type": device_type,  # where this rank computed
         "losses": losses,
         "bf16_losses": bf16_losses,
         "memory": memory,
