@@ -251,7 +251,7 @@ _STATEMENT_TYPES = frozenset(
 # Nodes no rule looks at and that hold nothing a rule looks at; never scheduled. Strings and
 # other plain values in node fields are skipped the same way.
 _LEAF_TYPES = frozenset(
-    {ast.Constant, str, int, bool, type(None)}
+    {ast.Constant, str, bytes, int, float, complex, bool, type(None), type(...)}
     | {
         node_type
         for node_type in vars(ast).values()

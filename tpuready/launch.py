@@ -244,8 +244,10 @@ def choose_rank_placement(
 ) -> RankPlacement:
     """Which backend and device rank `local_rank` of `local_world_size` on this host gets.
 
-    Pure: the defaults read `torch.accelerator.current_accelerator(check_available=True)` and
-    `torch.accelerator.device_count()`; tests pass a fake accelerator and count instead.
+    Pure but for one fact: the defaults read `torch.accelerator.current_accelerator(
+    check_available=True)` and `torch.accelerator.device_count()` (tests pass a fake
+    accelerator and count instead), and a `tpu` accelerator follows the host model of this
+    process (TorchTPU's, unless the book's emulated multi-device host is loaded).
     """
     import torch
     import torch.distributed as dist
