@@ -17,7 +17,7 @@ import torch
 from conftest import NOTEBOOK_DIR, run_torchrun_with_stderr
 from conftest import run_torchrun as run_torchrun_with_timeout
 
-from tpuready.launch import run_workers
+from tpuready.launch import TPU_RANKS_PER_HOST, run_workers
 
 # The notebook imports its workers as `workers.ch07_...` from notebooks/; so do we. Spawned
 # ranks inherit this sys.path.
@@ -94,6 +94,20 @@ def test_qwen3_tp_plan_worker_under_torchrun_matches_run_workers(tmp_path: Path)
     assert math.isclose(
         from_torchrun["logits_sum"], from_run_workers["logits_sum"], rel_tol=1e-5, abs_tol=1e-3
     )
+
+
+def test_qwen3_splits_into_every_rank_count_step_7_may_start() -> None:
+    """Step 7 starts `smallest_world_size(2)` ranks: 2 on a CPU or a GPU, the smallest count
+    of at least 2 that a TPU host runs (4 on v5e and v6e). Column-wise q/k/v and gate/up must
+    give each of them whole heads, whole KV heads and an equal share of the MLP."""
+    counts = {2} | {min(n for n in allowed if n >= 2) for allowed in TPU_RANKS_PER_HOST.values()}
+    assert counts == {2, 4}
+    sizes = ch07_qwen3_tp_plan.QWEN3_SIZES
+    for count in counts:
+        for name in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
+            assert sizes[name] % count == 0, (name, sizes[name], count)
+    # Grouped-query attention, as in Qwen3: fewer KV heads than query heads.
+    assert sizes["num_key_value_heads"] < sizes["num_attention_heads"]
 
 
 def test_vocab_parallel_worker_under_torchrun_matches_run_workers() -> None:

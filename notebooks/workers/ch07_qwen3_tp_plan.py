@@ -1,14 +1,16 @@
 """Worker for chapter 7: shard a saved tiny Qwen3 with its own TP plan.
 
-The notebook saves the model and starts `tp_plan_logits` on 2 ranks with
-`tpuready.launch.run_workers`; each rank returns its logits. As a script it
-runs under the standard launcher (from the repository root), each rank
-building and saving the same seeded model itself:
+The notebook saves the model and starts `tp_plan_logits` with
+`tpuready.launch.run_workers` on `smallest_world_size(2)` ranks (2 on a CPU
+or a GPU, 4 on a TPU v5e or v6e host, which refuses 2); each rank returns its
+logits. As a script it runs under the standard launcher (from the repository
+root), each rank building and saving the same seeded model itself:
 
     torchrun --standalone --nproc-per-node=2 \\
         notebooks/workers/ch07_qwen3_tp_plan.py
 
-and rank 0 prints a summary as one JSON line.
+(`--nproc-per-node=4` on a v5e or v6e host), and rank 0 prints a summary as
+one JSON line.
 """
 
 from __future__ import annotations
@@ -29,15 +31,18 @@ from torch.distributed.tensor.parallel import (
 
 from tpuready.launch import init_rank, rank_device
 
-# A tiny Qwen3: every split size divisible by 2 ranks (heads, KV heads, MLP).
+# A tiny Qwen3 with grouped-query attention (two query heads per KV head):
+# every split size (heads, KV heads, MLP) divides by 2 and by 4 ranks, the
+# counts `smallest_world_size(2)` gives (4 on a TPU v5e or v6e host). Column-
+# wise k/v projections must give each rank whole KV heads.
 QWEN3_SIZES = {
     "vocab_size": 256,
     "hidden_size": 64,
     "intermediate_size": 128,
     "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 8,
     "max_position_embeddings": 64,
 }
 SEED = 0

@@ -4,7 +4,8 @@ The chapter is `notebooks/10_checkpoints_and_preemption.ipynb`.
 `train_worker` runs on every rank through `tpuready.launch.run_workers`
 (the notebook), or under the standard launcher, where rank 0 prints the
 result as one JSON line. Train to step 3 on 4 ranks, saving every 3 steps
-under DIR, then resume on 2 ranks up to step 9, saving every 2 steps:
+under DIR, then resume on 2 ranks (4 on a TPU v5e or v6e host, which refuses
+2) up to step 9, saving every 2 steps:
 
     torchrun --standalone --nproc-per-node=4 \\
         notebooks/workers/ch10_checkpoints.py DIR 3 3
