@@ -287,6 +287,8 @@ def _() -> dict[str, Any]:
         "recompiles": sum(entry["count"] for entry in counts["recompiles"]),
         "dynamic_true": refused(dynamic=True),
         "mode": refused(mode="reduce-overhead"),
+        "inductor_option": refused(options={"max_autotune": True}),
+        "own_option": refused(options={"bucket_size": 128}),
         "inductor": refused(backend="inductor"),
         "aot_eager": refused(backend="aot_eager"),
         "inference_mode": under_inference_mode(),
@@ -350,32 +352,77 @@ def _() -> dict[str, Any]:
     }
 
 
+@check("fork")
+def _() -> dict[str, Any]:
+    """A forked child may not use the device (TorchTPU's workers are spawned)."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: report what a device operation did, then leave at once
+        try:
+            torch.ones(2, device="tpu") + 1
+            message = "ran"
+        except RuntimeError as error:
+            message = str(error)
+        os.write(write, message.encode()[:4000])
+        os._exit(0)
+    os.close(write)
+    os.waitpid(child, 0)
+    with os.fdopen(read) as pipe:
+        in_child = pipe.read()
+    return {"child": in_child, "parent_still_works": (torch.ones(2, device="tpu") + 1).tolist()}
+
+
 @check("report")
 def _() -> dict[str, Any]:
     emulator.report().clear()
     values = torch.tensor([0.0, 1.0, 2.0], device="tpu")
     values.sum().item()
     torch.nonzero(values)
+    repeats = torch.tensor([1, 2, 0], device="tpu")
+    torch.repeat_interleave(values, repeats)  # its size depends on the repeats: a sync
+    torch.repeat_interleave(values, repeats, output_size=3)  # its size is given: none
     values.double()
     matrix = torch.eye(3, device="tpu") * 2
     torch.linalg.cholesky(matrix)
-    print(values, file=io.StringIO())
+    print(values, file=io.StringIO())  # one print: one sync, however many reads
     data = emulator.report().as_dict()
     return {
         section: [entry["what"] for entry in data[section]] for section in data if section != "host"
     }
 
 
+@check("default_group")
+def _() -> dict[str, Any]:
+    """`init_process_group()` with no backend: TorchTPU's idiom, the group gets tpu_dist."""
+    import torch.distributed as dist
+
+    dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        values = torch.ones(2, device="tpu") * 3
+        dist.all_reduce(values)
+        return {"config": str(dist.get_backend_config()), "all_reduce": values.tolist()}
+    finally:
+        dist.destroy_process_group()
+
+
 @check("launch_rules")
 def _() -> dict[str, str | None]:
+    from datetime import timedelta
+
     from torch.tpu.distributed import set_tpu_launch_env
 
-    return {
+    from tpuready.emulator.distributed import _create_backend
+
+    results = {
         "2": error_of(lambda: set_tpu_launch_env(nnodes=1, nproc_per_node=2)),
         "4": error_of(lambda: set_tpu_launch_env(nnodes=1, nproc_per_node=4)),
         "16": error_of(lambda: set_tpu_launch_env(nnodes=1, nproc_per_node=16)),
         "default_backend": torch.distributed.Backend.default_device_backend_map.get("tpu"),
     }
+    # This process set the variables itself, after it started: too late for a rank of it.
+    store = torch.distributed.HashStore()
+    results["set_in_the_rank"] = error_of(lambda: _create_backend(store, 0, 2, timedelta(1)))
+    return results
 
 
 print(json.dumps(results), file=sys.stdout)

@@ -134,6 +134,24 @@ def test_it_backs_off_with_one_line_when_another_tpu_backend_is_installed(
     assert completed.stdout.split() == ["False"]
     lines = completed.stderr.strip().splitlines()
     assert len(lines) == 1 and "TPUREADY_EMULATE_TPU=1 is ignored" in lines[0], lines
+    # `python -m tpuready.emulator` rehearses there anyway: it loads no other backend.
+    script = tmp_path / "rehearse.py"
+    script.write_text(
+        "import torch, tpuready.emulator as e\n"
+        "print(e.is_emulated(), torch.ones(1, device='tpu').device)\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-m", "tpuready.emulator", str(script)],
+        cwd=REPOSITORY,
+        env={**os.environ, "PYTHONPATH": path, "TPUREADY_EMULATE_TPU_REPORT": "off"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.split() == ["True", "tpu:0"]
+    assert completed.stderr == ""
 
 
 def test_a_bad_host_fails_loudly_naming_the_value() -> None:
@@ -172,7 +190,11 @@ def test_one_device_per_process(battery: dict[str, Any]) -> None:
 def test_compile_refuses_what_torchtpu_refuses(battery: dict[str, Any]) -> None:
     compiled = seen(battery, "compile")
     assert "NotImplementedError" in compiled["dynamic_true"]
-    assert "TypeError" in compiled["mode"] and "takes no mode" in compiled["mode"]
+    assert "TypeError" in compiled["mode"] and "takes no mode='reduce-overhead'" in compiled["mode"]
+    assert (
+        "TypeError" in compiled["inductor_option"] and "max_autotune" in compiled["inductor_option"]
+    )
+    assert compiled["own_option"] is None  # TorchTPU's own options are taken
     assert "backend='inductor'" in compiled["inductor"] and "#4300" in compiled["inductor"]
     assert "torch.no_grad()" in compiled["inference_mode"]
     assert compiled["aot_eager"] is None  # another backend is the user's choice
@@ -294,9 +316,26 @@ def test_the_report_names_syncs_float64_and_known_gaps(battery: dict[str, Any]) 
     syncs = found["host_syncs"]
     assert any(".item()" in what for what in syncs)
     assert any(what.startswith("nonzero") for what in syncs)
-    assert any(what.startswith("print(tensor)") for what in syncs)
+    assert syncs.count("repeat_interleave (output shape depends on the data)") == 1
+    assert syncs.count("print(tensor) or repr (reads values on the host)") == 1
     assert found["float64"] == ["a torch.float64 tensor on the device"]
     assert found["known_gaps"] == ["linalg_cholesky_ex"]
+
+
+def test_a_forked_child_may_not_use_the_device(battery: dict[str, Any]) -> None:
+    forked = seen(battery, "fork")
+    assert "needs its workers spawned" in forked["child"], forked
+    assert forked["parent_still_works"] == [2.0, 2.0]
+
+
+def test_the_json_report_of_each_rank_has_a_path_of_its_own() -> None:
+    from tpuready.emulator.findings import report_path
+
+    assert report_path("", {}) is None and report_path("off", {}) is None
+    assert report_path("print", {}) is None
+    assert report_path("out/r.json", {}) == Path("out/r.json")
+    assert report_path("r.txt", {"RANK": "3", "WORLD_SIZE": "1"}) == Path("r.txt")
+    assert report_path("r.json", {"RANK": "3", "WORLD_SIZE": "4"}) == Path("r.rank3.json")
 
 
 def test_the_report_is_printed_at_exit_and_written_as_json(tmp_path: Path) -> None:
@@ -364,9 +403,10 @@ def test_parse_host(value: str, expected: Host | None) -> None:
     [
         ("banana", "is not a host the emulated TPU knows"),
         ("v9-1", "unknown TPU generation 'v9'"),
-        ("v6e-16", "at most 8 devices, got 16"),
-        ("v7-8", "at most 8 devices, got 16"),
-        ("v6e-0", "at most"),
+        ("v6e-16", "a v6e host has 1, 4, 8 chips"),
+        ("v6e-3", "a v6e host has 1, 4, 8 chips"),
+        ("v7-8", "a v7 host has 1, 2, 4 chips"),
+        ("v6e-0", "got 0"),
         ("multi-device:0", "1 to 64 devices, got 0"),
     ],
 )
@@ -384,12 +424,17 @@ def test_a_host_describes_itself() -> None:
 # --- The launcher's rules on a TPU host ----------------------------------------------------
 
 
-def test_set_tpu_launch_env_keeps_torchtpu_s_rank_counts(battery: dict[str, Any]) -> None:
+def test_set_tpu_launch_env_keeps_the_rank_counts_of_torchtpu(battery: dict[str, Any]) -> None:
     rules = seen(battery, "launch_rules")
     assert "No TPU topology found for count: 2" in rules["2"]
     assert "No TPU topology found for count: 16" in rules["16"]
     assert rules["4"] is None
     assert rules["default_backend"] == "tpu_dist"
+    assert "Check failed: client != nullptr" in rules["set_in_the_rank"]
+
+
+def test_a_group_joined_with_no_backend_gets_tpu_dist_and_works(battery: dict[str, Any]) -> None:
+    assert seen(battery, "default_group") == {"config": "tpu:tpu_dist", "all_reduce": [3.0, 3.0]}
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """An emulated TorchTPU on the CPU: run your code on a `tpu` device before you have a TPU.
 
     TPUREADY_EMULATE_TPU=1 python train.py
+    python -m tpuready.emulator train.py    # the same, also where TorchTPU is installed
 
 With the variable set, `import torch` loads this emulator through PyTorch's backend autoload
 (the `torch.backends` entry point of the `tpuready` package), as it loads TorchTPU on a TPU VM:
@@ -48,7 +49,7 @@ def emulated_host() -> Host | None:
 
 
 def report():
-    """What would hurt on a real TPU so far: see `tpuready.emulator.report.EmulationReport`."""
+    """What would hurt on a real TPU so far: see `tpuready.emulator.findings.EmulationReport`."""
     from tpuready.emulator.findings import report as current
 
     return current()
@@ -81,7 +82,6 @@ def _other_backend() -> str | None:
 
 def load() -> None:
     """The `torch.backends` entry point: install the emulator when TPUREADY_EMULATE_TPU asks."""
-    global _LOADED
     from tpuready.emulator.host import host_from_environment
 
     host = host_from_environment()
@@ -91,10 +91,16 @@ def load() -> None:
     if other is not None:
         print(
             f"tpuready: {ENVIRONMENT_VARIABLE}={os.environ[ENVIRONMENT_VARIABLE]} is ignored: "
-            f"{other}, and it owns the tpu device",
+            f"{other}; to rehearse here anyway, run the script with "
+            "`python -m tpuready.emulator script.py`",
             file=sys.stderr,
         )
         return
+    _install(host)
+
+
+def _install(host: Host) -> None:
+    global _LOADED
     from tpuready.emulator import install
 
     install.install(host)

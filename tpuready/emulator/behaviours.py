@@ -29,7 +29,8 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
         "Loaded by `import torch`",
         "A `torch.backends` entry point of `tpuready` renames `PrivateUse1` to `tpu` when "
         "`TPUREADY_EMULATE_TPU` is set; it backs off, with one line on stderr, where another "
-        "`tpu` backend (TorchTPU) is installed.",
+        "torch backend is installed (TorchTPU on a TPU VM). `python -m tpuready.emulator "
+        "script.py` rehearses there anyway: that process loads no other backend.",
         "Packaging, lines 13-19",
         "test_it_backs_off_with_one_line_when_another_tpu_backend_is_installed",
     ),
@@ -37,7 +38,9 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
         "The legacy device calls raise",
         "`torch.tpu.is_available`, `device_count`, `current_device`, `set_device`, `device`, "
         "`set_stream`, `current_stream`, `synchronize`, `initial_seed` and `get_rng_state` raise "
-        "a RuntimeError naming the `torch.accelerator` call; "
+        "a RuntimeError naming the portable call (`torch.accelerator`'s; for the two "
+        "generator calls, which have none there, `torch.initial_seed` and `torch.get_rng_state`, "
+        "whose device twin is TorchTPU's public `torch.tpu.set_rng_state`); "
         "`TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS=1` makes it a one-time warning. Calls from torch's "
         "own modules pass (`torch.accelerator.device_count()` itself calls "
         "`torch.tpu.device_count()`); whether TorchTPU lets `torch.serialization` through is "
@@ -48,23 +51,27 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour(
         "One device per process",
         "`torch.accelerator.device_count()` is 1; `set_device_index(i)` raises for i other than "
-        "0; `.to(1)` and `.to('tpu:3')` land on `tpu:0` (the report counts each).",
+        "0; `.to(1)` lands on `tpu:0` (the report counts each), and so does `.to('tpu:3')`, "
+        "which the notes do not cover (the emulator's reading of upstream issue #4164).",
         "Device-agnostic code, lines 32-34",
         "test_one_device_per_process",
     ),
     Behaviour(
         "float32 matmuls in bf16 passes",
-        "`mm`, `bmm`, `addmm`, `baddbmm`, `linear`, convolutions and `grouped_mm` on float32 "
-        "tensors run as one bf16 pass by default; `set_float32_matmul_precision` 'high' gives 3 "
-        "passes, 'highest' 6, and `torch.tpu.precision(...)` overrides a block. The result "
-        "equals `tpuready.check`'s model of the passes bit for bit.",
+        "`mm`, `bmm`, `addmm`, `baddbmm` and `linear` on float32 tensors run as one bf16 pass by "
+        "default; `set_float32_matmul_precision` 'high' gives 3 passes, 'highest' 6, and "
+        "`torch.tpu.precision(...)` overrides a block. The result equals `tpuready.check`'s model "
+        "of the passes bit for bit. Convolutions and `grouped_mm` follow the same rule, the "
+        "emulator's reading (the notes say matmuls); bf16 matmuls sum in float32 and round once.",
         "Device-agnostic code, lines 36-38",
         "test_float32_matmuls_run_as_1_3_or_6_bf16_passes",
     ),
     Behaviour(
         "Autocast in bfloat16",
-        "`torch.autocast('tpu')` casts matmuls and convolutions to bfloat16 and keeps "
-        "reductions, norms and losses in float32, as CUDA's lists do.",
+        "`torch.autocast('tpu')` defaults to bfloat16. Which operators it casts is CUDA's lists "
+        "(matmuls and convolutions down, reductions, norms and losses kept in float32), and "
+        "`get_amp_supported_dtype()` is bfloat16 and float16: the emulator's choices, since the "
+        "notes give only the default dtype.",
         "Device-agnostic code, line 35",
         "test_autocast_on_the_tpu_is_bfloat16",
     ),
@@ -72,8 +79,9 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
         "`torch.compile` patched",
         "With no `backend=`, graphs with TPU inputs go to the `tpu` backend with "
         "`dynamic=False` (a new graph per new shape); on TPU inputs `dynamic=True` raises "
-        "NotImplementedError, `mode=` or `options=` raise TypeError, `backend='inductor'` raises "
-        "and compiling under `torch.inference_mode` raises.",
+        "NotImplementedError, `mode=` and any option but the backend's own (`bucket_size` and "
+        "its kin, accepted and ignored) raise TypeError, `backend='inductor'` raises and "
+        "compiling under `torch.inference_mode` raises.",
         "torch.compile on TorchTPU, lines 61-68",
         "test_compile_refuses_what_torchtpu_refuses",
     ),
@@ -86,10 +94,11 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour(
         "`tpu_dist` and the launch rules",
         "`init_process_group()` picks `tpu_dist` (alias `tpu`), which moves the bytes with gloo; "
-        "ranks without `set_tpu_launch_env` in their parent fail with 'Check failed: client != "
-        "nullptr'; a host runs only its generation's rank counts (v5e and v6e: 1, 4 or 8).",
+        "a rank whose launch variables were not set before it started "
+        "(`set_tpu_launch_env` in its parent) fails with 'Check failed: client != nullptr'; a "
+        "host runs only its generation's rank counts (v5e and v6e: 1, 4 or 8).",
         "Sharding on TorchTPU, lines 83-87",
-        "test_set_tpu_launch_env_keeps_torchtpu_s_rank_counts",
+        "test_set_tpu_launch_env_keeps_the_rank_counts_of_torchtpu",
     ),
     Behaviour(
         "Collectives, DTensor, FSDP2",
@@ -97,6 +106,13 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
         "and FSDP2 train, and a reshard frees the gathered parameters.",
         "Sharding on TorchTPU, lines 79-83",
         "test_collectives_on_the_emulated_tpu_equal_gloo_on_the_cpu",
+    ),
+    Behaviour(
+        "Workers are spawned",
+        "A process forked from one that loaded the emulator refuses every device operation, as "
+        "TorchTPU wants its workers spawned.",
+        "Device-agnostic code, line 34",
+        "test_a_forked_child_may_not_use_the_device",
     ),
     Behaviour(
         "Mixed devices raise",
@@ -107,11 +123,14 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     ),
     Behaviour(
         "Real memory",
-        "A `tpu` tensor's bytes live in CPU memory the emulator owns: `torch.save` and "
-        "`torch.load(map_location='tpu')` round-trip them bit for bit, `copy.deepcopy` copies "
-        "them, `Module.to('tpu')` keeps Parameter objects (tied weights stay tied), and "
-        "`tpuready.emulator.memory_allocated()` counts them.",
-        "not in the notes: what every backend provides",
+        "A `tpu` tensor's bytes live in CPU memory the emulator owns: `torch.save` round-trips "
+        "them bit for bit, `copy.deepcopy` copies them, `Module.to('tpu')` keeps Parameter "
+        "objects, so tied weights stay tied (as a C++ backend with PyTorch's shallow-copy support "
+        "does; a Python backend without it unties them), and "
+        "`tpuready.emulator.memory_allocated()` counts them. `torch.load(map_location='tpu')` "
+        "works here, while chapter 1 calls it untested on TorchTPU.",
+        "not in the notes: the emulator's choices, as PyTorch's reference backend OpenReg "
+        "makes them",
         "test_save_and_load_round_trip_bit_exact",
     ),
     Behaviour(
@@ -132,8 +151,9 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     ),
     Behaviour(
         "Known gaps reported",
-        "Operators on the notes' list of gaps (Cholesky, `unique` with `dim`, some pooling and "
-        "interpolation gradients) run, and the report names them.",
+        "Operators on the notes' list of gaps run, and the report names them: Cholesky, `unique` "
+        "with `dim`, and for 'some pooling and interpolation gradients' the emulator's guess "
+        "(the pooling and upsampling backward operators).",
         "Pain points, line 112 (op coverage gaps)",
         "test_the_report_names_syncs_float64_and_known_gaps",
     ),
@@ -160,6 +180,15 @@ NOT_EMULATED: tuple[tuple[str, str], ...] = (
     (
         "`torch.tpu.ops`, `torch.tpu.optimizers`, `torch.tpu.pallas`",
         "each call raises NotImplementedError naming it",
+    ),
+    (
+        "Matrix-vector and vector products (`mv`, `addmv`, `dot`) in bf16 passes",
+        "they run in float32, as `tpuready.check`'s model keeps them; whether TorchTPU runs them "
+        "as passes is not documented",
+    ),
+    (
+        "`python -m torch.tpu.distributed`, which prints the launch environment",
+        "the emulator's `torch.tpu` is no package on disk; `set_tpu_launch_env` sets it",
     ),
     (
         "Multi-slice launches, `topology_aware_mesh`'s torus layout, compilation caches",

@@ -3,8 +3,9 @@
 - With no `backend=`, a graph whose inputs live on the TPU goes to the `tpu` backend, and
   others to torch's default (inductor); on the TPU, `dynamic` defaults to False, so every new
   input shape compiles a new graph.
-- On TPU inputs, `dynamic=True` raises NotImplementedError, any `mode=` or `options=` raises
-  TypeError (so `mode="reduce-overhead"` fails, an upstream bug), `backend="inductor"` raises
+- On TPU inputs, `dynamic=True` raises NotImplementedError, `mode=` and any option but the tpu
+  backend's own (`TPU_BACKEND_OPTIONS`, accepted and ignored here) raise TypeError (so
+  `mode="reduce-overhead"` fails, an upstream bug), `backend="inductor"` raises
   (upstream issue #4300), and compiling under `torch.inference_mode` raises (TorchTPU crashes
   there: use `torch.no_grad`).
 
@@ -26,6 +27,14 @@ from tpuready.emulator.findings import report
 __all__ = ["emulated_tpu_backend", "patch_compile"]
 
 _ORIGINAL_COMPILE: Callable[..., Any] | None = None
+# The options TorchTPU's tpu backend takes; any other raises TypeError there.
+TPU_BACKEND_OPTIONS = (
+    "async_compile",
+    "num_dynamic_buckets",
+    "bucket_size",
+    "serializable",
+    "debug_callback",
+)
 
 
 def _has_tpu_tensor(values: Any) -> bool:
@@ -80,12 +89,15 @@ def _tpu_or_default(gm: torch.fx.GraphModule, example_inputs: list[Any], **optio
         if options.get("mode"):
             patches.update(torch._inductor.list_mode_options(options["mode"]))
         return compile_fx(gm, example_inputs, config_patches=patches)
-    if options:
-        report().record("refused", f"torch.compile({', '.join(sorted(options))}=...) on tpu")
+    refused = sorted(set(options.get("options") or {}) - set(TPU_BACKEND_OPTIONS))
+    if options.get("mode"):
+        refused.insert(0, f"mode={options['mode']!r}")
+    if refused:
+        report().record("refused", f"torch.compile({', '.join(refused)}) on tpu")
         raise TypeError(
-            f"TorchTPU's tpu backend takes no {' or '.join(sorted(options))} (only its own "
-            "backend options: async_compile, num_dynamic_buckets, bucket_size, serializable, "
-            "debug_callback); drop mode= and options= for TPU inputs"
+            f"TorchTPU's tpu backend takes no {', '.join(refused)}: its options are "
+            f"{', '.join(TPU_BACKEND_OPTIONS)} (which the emulator accepts and ignores); drop "
+            "mode= and any other option for TPU inputs"
         )
     # Dynamo leaves inference mode while it compiles; the inputs it traced still say so.
     if torch.is_inference_mode_enabled() or any(
@@ -172,7 +184,7 @@ def _patched_compile(model: Any = None, **kwargs: Any) -> Any:
 
 
 def patch_compile() -> None:
-    """Install the patched `torch.compile` and register the `tpu` backend name."""
+    """Install the patched `torch.compile` (which also takes `backend="tpu"`)."""
     global _ORIGINAL_COMPILE
     if _ORIGINAL_COMPILE is not None:
         return

@@ -82,7 +82,7 @@ def topology_aware_mesh(
 def _create_backend(store: Any, rank: int, world_size: int, timeout: timedelta) -> Any:
     """Make one rank's `tpu_dist` backend: a gloo group, after TorchTPU's launch checks."""
     host = state().host
-    if host.model == TORCHTPU and world_size > 1 and LAUNCH_VARIABLE not in os.environ:
+    if host.model == TORCHTPU and world_size > 1 and state().launch_environment is None:
         report().record("refused", "tpu_dist without set_tpu_launch_env")
         raise RuntimeError(
             "Check failed: client != nullptr (emulated TorchTPU: this rank has no launch "
@@ -101,8 +101,25 @@ def _on_cpu(value: Any) -> Any:
     return value
 
 
+def _serve_the_cpu_too(group: Any) -> None:
+    """Let `group`'s `tpu_dist` backend take the CPU views a collective hands gloo. A group made
+    by `init_process_group()` with no backend has a backend for `tpu` only (PyTorch gives it
+    the accelerator's), and gloo's CPU kernel asks the group for its CPU one."""
+    group = torch.distributed.ProcessGroup.unbox(group)
+    cpu, tpu = torch.device("cpu"), torch.device("tpu")
+    try:
+        group._get_backend(cpu)
+    except RuntimeError:
+        backend = group._get_backend(tpu)
+        group._register_backend(cpu, torch.distributed.ProcessGroup.BackendType.CUSTOM, backend)
+
+
 def _collective(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
     """A c10d collective on `tpu` tensors: gloo's CPU kernel, over CPU views of them."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.ScriptObject):
+            _serve_the_cpu_too(value)
+            break
     cpu_args = [_on_cpu(value) for value in args]
     cpu_kwargs = {name: _on_cpu(value) for name, value in kwargs.items()}
     result = op.redispatch(_CPU_KEYS, *cpu_args, **cpu_kwargs)
@@ -130,6 +147,9 @@ def register() -> None:
     """Register `tpu_dist` and `tpu` as backends, and the collectives' `tpu` kernels."""
     import torch.distributed as dist
 
+    # TorchTPU reads its launch variables when the process starts: set in the parent, before
+    # the rank was started, or not at all (setting them in the rank itself comes too late).
+    state().launch_environment = os.environ.get(LAUNCH_VARIABLE)
     if not dist.is_available():
         return
     for name in BACKEND_NAMES:

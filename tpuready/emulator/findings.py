@@ -9,14 +9,17 @@ torch and the emulator):
 - `host_syncs`: where the host waited for the device, by kind (`.item()`, a copy to the host,
   an operator whose output shape depends on the data), each a stall on a TPU;
 - `graphs`: graphs the emulated `tpu` compiler built, and `recompiles` among them;
-- `float64`: tensors of 64-bit floats made on the device (a TPU computes in them slowly);
+- `float64`: tensors of 64-bit floats made on the device (the report's own heuristic, not
+  in the notes: TPUs have no 64-bit float units, so such tensors are best kept on the host);
 - `known_gaps`: operators on the reference notes' list of gaps in TorchTPU's coverage;
 - `ignored_indices`: device indices other than 0 that `.to()` dropped (one device per process).
 
 `report()` returns the record so far; the process prints it to stderr when it exits
-(`TPUREADY_EMULATE_TPU_REPORT=off` silences it, `=path.json` also writes it as JSON there).
-Counts of operations and places are exact; no time, memory or speed figure is recorded,
-because the emulator knows none of a TPU's.
+(`TPUREADY_EMULATE_TPU_REPORT=off` silences it, `=report.json` also writes it as JSON there,
+`report.rank1.json` in rank 1 of a job of several). A place is the innermost line of your code
+on the way to the event; an event with none (autograd's backward runs in torch) says so. One
+print of a tensor counts as one host sync, however many reads torch makes to format it. No
+time, memory or speed figure is recorded, because the emulator knows none of a TPU's.
 """
 
 from __future__ import annotations
@@ -70,19 +73,22 @@ def _skipped_prefixes() -> tuple[str, ...]:
     return _SKIPPED_PREFIXES
 
 
-def _user_frame(frame: FrameType | None) -> tuple[str, bool]:
-    """(`file:line` of the innermost frame outside torch and the emulator, whether torch was
-    formatting a tensor for printing on the way there)."""
+OUTSIDE_USER_CODE = "(inside torch: no frame of your code, e.g. autograd's backward)"
+
+
+def _user_frame(frame: FrameType | None) -> tuple[str, FrameType | None]:
+    """(`file:line` of the innermost frame outside torch and the emulator, the frame of torch
+    formatting a tensor for printing on the way there, if any)."""
     prefixes = _skipped_prefixes()
-    printing = False
+    printing = None
     while frame is not None:
         filename = frame.f_code.co_filename
         if filename.endswith("_tensor_str.py"):
-            printing = True
+            printing = frame  # the outermost one: the same for every read of one print
         elif not filename.startswith(prefixes) and "/contextlib.py" not in filename:
             return f"{Path(filename).name}:{frame.f_lineno}", printing
         frame = frame.f_back
-    return "(inside torch)", printing
+    return OUTSIDE_USER_CODE, printing
 
 
 def place_in_user_code(frame: FrameType | None = None) -> str:
@@ -97,6 +103,7 @@ class EmulationReport:
     host: str = ""
     counts: dict[str, Counter] = field(default_factory=lambda: {s: Counter() for s in SECTIONS})
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _print_counted: object = field(default=None, repr=False)  # the print last counted
 
     def record(self, section: str, what: str, where: str | None = None) -> None:
         """Count one event of `section` (one of SECTIONS) at `where` (default: the user's code)."""
@@ -104,9 +111,10 @@ class EmulationReport:
             raise ValueError(f"section must be one of {SECTIONS}, got {section!r}")
         if where is None:
             where, printing = _user_frame(sys._getframe(1))
-            if printing:  # torch formats a printed tensor with a few reads and float64 ops
-                if section != "host_syncs":
-                    return
+            if printing is not None:  # torch formats a tensor with many reads and float64 ops
+                if section != "host_syncs" or printing is self._print_counted:
+                    return  # one print, one sync
+                self._print_counted = printing
                 what = "print(tensor) or repr (reads values on the host)"
         with self._lock:
             self.counts[section][(what, where)] += 1
@@ -162,13 +170,25 @@ def report() -> EmulationReport:
     return _REPORT
 
 
+def report_path(setting: str, environment: dict[str, str]) -> Path | None:
+    """Where the JSON report goes for a `TPUREADY_EMULATE_TPU_REPORT` value: None for "",
+    "print" and "off"; else the path, with `.rank<R>` before its suffix in a rank of a job of
+    several (ranks would otherwise write over each other)."""
+    if setting.strip().lower() in ("", "print", "off"):
+        return None
+    path = Path(setting)
+    if int(environment.get("WORLD_SIZE", "1") or 1) > 1 and "RANK" in environment:
+        path = path.with_name(f"{path.stem}.rank{environment['RANK']}{path.suffix}")
+    return path
+
+
 def _at_exit() -> None:
     setting = os.environ.get(REPORT_VARIABLE, "")
-    if setting.lower() == "off":
-        return
-    if setting.endswith(".json"):
-        Path(setting).write_text(json.dumps(_REPORT.as_dict(), indent=2) + "\n")
-    print(_REPORT.text(), file=sys.stderr)
+    path = report_path(setting, dict(os.environ))
+    if path is not None:
+        path.write_text(json.dumps(_REPORT.as_dict(), indent=2) + "\n")
+    if setting.strip().lower() != "off":
+        print(_REPORT.text(), file=sys.stderr)
 
 
 def print_at_exit(host: str) -> None:

@@ -5,7 +5,9 @@ Two host models:
 - `torchtpu` (the default, `TPUREADY_EMULATE_TPU=1`): TorchTPU 0.2.0's. Each process sees one
   device, `tpu:0`; a job starts one process per device, and a host holds the rank counts its
   generation allows (`tpuready.launch.TPU_RANKS_PER_HOST`). `TPUREADY_EMULATE_TPU=v6e-1`
-  names the generation and the chips of the host (default `v6e-8`: 8 chips, one VM).
+  names the generation and the chips of the host (default `v6e-8`: 8 chips, one VM). The count
+  is chips: Cloud's slice names count TensorCores for v4 and v5p (a v5p-8 is 4 chips), and
+  here `v5p-4` is that host.
 - `multi-device` (`TPUREADY_EMULATE_TPU=multi-device` or `multi-device:8`): the host model of
   CUDA, ROCm and XPU. Every process sees all N devices (default 4); a rank must bind its own
   index, and two ranks of one job on one index is an error naming both.
@@ -93,10 +95,12 @@ def parse_host(value: str) -> Host | None:
     from tpuready.hardware import get_chip
 
     devices = chips * get_chip(generation).devices_per_chip  # a v7 chip is two devices
-    if not chips >= 1 or devices > max(TPU_RANKS_PER_HOST[generation]):
+    sizes = TPU_RANKS_PER_HOST[generation]  # one rank per device: a host's device counts
+    if devices not in sizes:
+        chips_per_host = ", ".join(str(n // get_chip(generation).devices_per_chip) for n in sizes)
         raise ValueError(
-            f"{ENVIRONMENT_VARIABLE}={value!r}: one {generation} host holds at most "
-            f"{max(TPU_RANKS_PER_HOST[generation])} devices, got {devices}"
+            f"{ENVIRONMENT_VARIABLE}={value!r}: a {generation} host has {chips_per_host} chips "
+            f"(the count after the dash is chips, not Cloud's slice suffix), got {chips}"
         )
     return Host(TORCHTPU, generation, chips, devices)
 

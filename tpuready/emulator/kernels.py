@@ -109,9 +109,7 @@ class _OpInfo:
         self.generator = any(a.name == "generator" for a in schema.arguments)
         # Structured matmuls reach a backend as their out= form, into an output already made.
         self.matmul = self.name in _MATMULS and op._overloadname in ("default", "out")
-        self.data_dependent = self.name in DATA_DEPENDENT or (
-            self.name == "repeat_interleave" and op._overloadname == "Tensor"
-        )
+        self.data_dependent = self.name in DATA_DEPENDENT
         self.gap = self.name in KNOWN_GAPS
         # Where a Python number may stand for a Tensor: the dispatcher hands a Python kernel a
         # wrapped number (`x % 2`) as the number itself.
@@ -198,6 +196,14 @@ class _Call:
         return value
 
 
+_FORKED = False  # set in a child made by fork: TorchTPU's workers must be spawned
+
+
+def _mark_forked() -> None:
+    global _FORKED
+    _FORKED = True
+
+
 def _out_of_the_profiler(kernel: Callable[..., Any]) -> Callable[..., Any]:
     """Under torch.profiler, the CPU operators that serve a device operator stay out of the
     trace: it shows what the program ran, as on a device (the profiler records the device
@@ -205,6 +211,12 @@ def _out_of_the_profiler(kernel: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(kernel)
     def quiet(*args: Any, **kwargs: Any) -> Any:
+        if _FORKED:
+            raise RuntimeError(
+                "this process was started with fork from one that had loaded the TPU: TorchTPU "
+                "needs its workers spawned (multiprocessing's 'spawn' start method, as "
+                "torchrun and tpuready.launch.run_workers do), not forked"
+            )
         if not torch._C._autograd._profiler_enabled():
             return kernel(*args, **kwargs)
         torch._C._autograd._enable_record_function(False)
@@ -246,7 +258,11 @@ def _fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
         return op.redispatch(_CPU_KEYS, *args, **kwargs)
     if info.generator and cpu_kwargs.get("generator") is None:
         cpu_kwargs["generator"] = state().generator
-    if info.data_dependent or (info.name in _CPU_ARGUMENTS_ALLOWED and _has_bool_index(args)):
+    if (
+        info.data_dependent
+        or (info.name in _CPU_ARGUMENTS_ALLOWED and _has_bool_index(args))
+        or (info.name == "repeat_interleave" and kwargs.get("output_size") is None)
+    ):
         report().record("host_syncs", f"{info.name} (output shape depends on the data)")
     if info.gap:
         report().record("known_gaps", info.name)
@@ -667,6 +683,9 @@ def _served_by_fallback(op: torch._ops.OpOverload) -> Callable[..., Any]:
 
 def register() -> None:
     """Register the fallback, the own kernels and autocast's casts for `PrivateUse1`."""
+    import os
+
+    os.register_at_fork(after_in_child=_mark_forked)
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(_fallback, "PrivateUse1")
     own = torch.library.Library("aten", "IMPL")

@@ -33,7 +33,7 @@ class EmulatorState:
         self.local = threading.local()  # .precision_stack: torch.tpu.precision overrides
         self.eager_mode = "DEFER_NEVER"
         self.generator = torch.Generator()  # the device's generator, apart from the CPU's
-        self.launch_environment: dict[str, int] | None = None
+        self.launch_environment: str | None = None  # the launch variables at start
         self._claimed: set[int] = set()
         self.initialized = host.model == TORCHTPU  # TorchTPU initialises at load
 
