@@ -175,8 +175,11 @@ def test_an_interrupted_call_stops_the_program_while_the_caller_lives_on(tmp_pat
     program = SPAWNS_AND_WAITS.replace("flush=True)", f"file=open({str(ids)!r}, 'w'), flush=True)")
     caller = textwrap.dedent(
         f"""
-        import sys, time
+        import signal, sys, time
         from tpuready.background import run_guarded
+        # A kernel turns Ctrl-C into KeyboardInterrupt whatever it inherited; a runner started
+        # as a shell's background job passes SIGINT ignored, and Python would keep it so.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             run_guarded([sys.executable, "-c", {program!r}], timeout_seconds=300)
         except KeyboardInterrupt:
