@@ -22,22 +22,12 @@ import pytest
 
 import tpuready.emulator
 import tpuready.launch
+from tpuready.accelerator_api import TORCH_TPU_REFUSED_CALLS
 from tpuready.emulator.findings import SECTIONS, EmulationReport, place_in_user_code
 from tpuready.emulator.host import MULTI_DEVICE, TORCHTPU, Host, parse_host
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-LEGACY = (
-    "is_available",
-    "device_count",
-    "current_device",
-    "set_device",
-    "device",
-    "set_stream",
-    "current_stream",
-    "synchronize",
-    "initial_seed",
-    "get_rng_state",
-)
+LEGACY = TORCH_TPU_REFUSED_CALLS  # the book's list of the calls TorchTPU 0.2.0 refuses
 
 
 def run_emulated(
@@ -494,16 +484,22 @@ def workers_emulated(worker: str, ranks: int, host: str) -> subprocess.Completed
     return run_emulated(RUN_WORKERS.format(worker=worker, ranks=ranks), host=host, timeout=400)
 
 
+def on_a_v5p_host_and_on_the_cpu(worker: str) -> tuple[list[Any], list[Any]]:
+    """What `worker` of tests/emulator_workers.py returns from each of 2 ranks on an emulated
+    v5p host, then from 2 ranks on the CPU (gloo)."""
+    from tests import emulator_workers
+    from tpuready.launch import run_workers
+
+    emulated = workers_emulated(worker, 2, host="v5p-2")
+    assert emulated.returncode == 0, emulated.stderr
+    on_tpu = json.loads(emulated.stdout.strip().splitlines()[-1])
+    return on_tpu, run_workers(getattr(emulator_workers, worker), 2, timeout_seconds=180)
+
+
 @pytest.mark.timeout(600)
 def test_collectives_on_the_emulated_tpu_equal_gloo_on_the_cpu() -> None:
     """A v5p host runs 2 ranks: tpu_dist on tpu:0 in each, the same numbers as gloo."""
-    from tests.emulator_workers import collectives
-    from tpuready.launch import run_workers
-
-    emulated = workers_emulated("collectives", 2, host="v5p-2")
-    assert emulated.returncode == 0, emulated.stderr
-    on_tpu = json.loads(emulated.stdout.strip().splitlines()[-1])
-    on_cpu = run_workers(collectives, 2, timeout_seconds=180)
+    on_tpu, on_cpu = on_a_v5p_host_and_on_the_cpu("collectives")
     for rank in range(2):
         assert (on_tpu[rank]["device"], on_tpu[rank]["backend"]) == ("tpu:0", "tpu_dist")
         assert (on_cpu[rank]["device"], on_cpu[rank]["backend"]) == ("cpu", "gloo")
@@ -517,14 +513,9 @@ def test_collectives_on_the_emulated_tpu_equal_gloo_on_the_cpu() -> None:
 def test_dtensor_and_fsdp2_on_the_emulated_tpu_and_reshard_frees_memory() -> None:
     import torch
 
-    from tests.emulator_workers import sharded_training
     from tpuready.check import relative_error
-    from tpuready.launch import run_workers
 
-    emulated = workers_emulated("sharded_training", 2, host="v5p-2")
-    assert emulated.returncode == 0, emulated.stderr
-    on_tpu = json.loads(emulated.stdout.strip().splitlines()[-1])
-    on_cpu = run_workers(sharded_training, 2, timeout_seconds=180)
+    on_tpu, on_cpu = on_a_v5p_host_and_on_the_cpu("sharded_training")
     for rank in range(2):
         # One bf16 pass per float32 matmul on the TPU: a relative error of a few 2**-8.
         matmul_error = relative_error(

@@ -303,14 +303,19 @@ def test_run_refuses_a_notebook_outside_notebooks(capsys: pytest.CaptureFixture[
     assert "not a notebook in notebooks/" in capsys.readouterr().err
 
 
-def test_make_verify_runs_under_the_notebook_conditions_then_writes_the_page() -> None:
-    dry_run = subprocess.run(
-        ["make", "-n", "verify", "NB=notebooks/reference_hardware.ipynb"],
+def make_dry_run(*target: str) -> str:
+    """What `make -n TARGET... NB=<the hardware notebook>` would run."""
+    return subprocess.run(
+        ["make", "-n", *target, "NB=notebooks/reference_hardware.ipynb"],
         cwd=REPOSITORY,
         capture_output=True,
         text=True,
         timeout=60,
     ).stdout
+
+
+def test_make_verify_runs_under_the_notebook_conditions_then_writes_the_page() -> None:
+    dry_run = make_dry_run("verify")
     run_at, page_at = dry_run.index("verify.py run"), dry_run.index("verify.py page")
     assert run_at < page_at
     for condition in ("TPUREADY_OFFLINE=1", "OMP_NUM_THREADS=1", "scripts/no_network"):
@@ -353,13 +358,7 @@ def test_check_runs_only_on_the_emulated_tpu(
 def test_make_runs_notebooks_on_the_emulated_tpu_under_the_notebook_conditions(
     target: list[str], host: str
 ) -> None:
-    dry_run = subprocess.run(
-        ["make", "-n", *target, "NB=notebooks/reference_hardware.ipynb"],
-        cwd=REPOSITORY,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout
+    dry_run = make_dry_run(*target)
     command = dry_run[: dry_run.index("scripts/verify.py")]
     for condition in (host, "TPUREADY_EMULATE_TPU_REPORT=off", "OMP_NUM_THREADS=1"):
         assert condition in command, condition
@@ -367,11 +366,5 @@ def test_make_runs_notebooks_on_the_emulated_tpu_under_the_notebook_conditions(
 
 
 def test_make_verify_alone_records_the_machine_not_the_emulator() -> None:
-    dry_run = subprocess.run(
-        ["make", "-n", "verify", "NB=notebooks/reference_hardware.ipynb"],
-        cwd=REPOSITORY,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout
+    dry_run = make_dry_run("verify")
     assert "TPUREADY_EMULATE_TPU" not in dry_run

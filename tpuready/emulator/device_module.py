@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from tpuready.accelerator_api import TORCH_TPU_REFUSED_CALLS, equivalent_for
 from tpuready.emulator.findings import place_in_user_code, report
 from tpuready.emulator.host import TORCHTPU
 from tpuready.emulator.state import PASSES_FOR_PRECISION, state
@@ -37,18 +38,26 @@ __all__ = ["DEVICE_NAME", "LEGACY_CALLS", "build_module"]
 
 DEVICE_NAME = "Emulated TPU (CPU)"
 ALLOW_LEGACY_VARIABLE = "TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS"
-# Each refused call and the portable spelling its error names.
+
+
+def _portable_spelling(name: str) -> str:
+    """What the error for the refused `torch.tpu.<name>` names instead: the book's table's
+    replacement, but for `get_rng_state`, whose replacement there (the device module's) is
+    this same refused call on TorchTPU."""
+    if name == "get_rng_state":
+        return (
+            "torch.get_rng_state() for the CPU's generator, or a torch.Generator() of your own "
+            "(its get_state() works on any host)"
+        )
+    entry = equivalent_for(name)
+    if entry is None:
+        raise KeyError(f"tpuready.accelerator_api has no replacement for torch.cuda.{name}")
+    return entry.replacement
+
+
+# Each call TorchTPU refuses (the book's list in tpuready.accelerator_api) and what to use.
 LEGACY_CALLS: dict[str, str] = {
-    "is_available": "torch.accelerator.is_available()",
-    "device_count": "torch.accelerator.device_count()",
-    "current_device": "torch.accelerator.current_device_index()",
-    "set_device": "torch.accelerator.set_device_index(index)",
-    "device": "torch.accelerator.device_index(index)",
-    "set_stream": "torch.accelerator.set_stream(stream)",
-    "current_stream": "torch.accelerator.current_stream()",
-    "synchronize": "torch.accelerator.synchronize()",
-    "initial_seed": "torch.initial_seed()",
-    "get_rng_state": "torch.get_rng_state() (the device's generator: torch.tpu.set_rng_state)",
+    name: _portable_spelling(name) for name in sorted(TORCH_TPU_REFUSED_CALLS)
 }
 _EMULATOR_DIR = str(Path(__file__).parent)
 _TORCH_DIR = str(Path(torch.__file__).parent)
