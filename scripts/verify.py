@@ -301,9 +301,12 @@ def _failure_text(failure: Failure) -> str:
 
 def record_file_name(record: Record) -> str:
     """'<kind>-<device, as a slug>-<UTC date and time>.json': no hostname, and the records of
-    one machine sort by date."""
+    one machine sort by date. A device name that starts with the kind says it once
+    ('emulated-tpu-on-amd-epyc-...', not 'emulated-tpu-emulated-tpu-on-...')."""
     slug = re.sub(r"[^a-z0-9]+", "-", record.device_name.lower()).strip("-")[:32].strip("-")
     stamp = record.date.replace(":", "").replace("-", "")  # 20261205T074512Z
+    if slug.startswith(f"{record.kind}-"):
+        return f"{slug}-{stamp}.json"
     return f"{record.kind}-{slug or 'device'}-{stamp}.json"
 
 

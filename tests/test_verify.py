@@ -232,6 +232,11 @@ def test_a_record_file_name_holds_kind_device_and_time_but_no_hostname() -> None
     assert socket.gethostname().lower() not in name
 
 
+def test_an_emulated_record_names_the_emulated_tpu_once() -> None:
+    emulated = record(kind="emulated-tpu", device_name="Emulated TPU on AMD EPYC")
+    assert verify.record_file_name(emulated) == "emulated-tpu-on-amd-epyc-20261205T074512Z.json"
+
+
 # ---------------------------------------------------------------------------------------------
 # Running
 
