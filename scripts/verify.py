@@ -664,6 +664,16 @@ def main(argv: list[str]) -> int:
             parser.error(
                 f"check runs on the emulated TPU: set {EMULATE_VARIABLE} (and --jobs >= 1)"
             )
+        import torch  # noqa: F401  (its backend autoload installs the emulator, or not)
+
+        from tpuready.emulator import is_emulated
+
+        if not is_emulated():
+            parser.error(
+                "the emulated TPU stepped aside: another backend owns the tpu device here "
+                "(TorchTPU on a TPU VM); check runs notebooks on the emulator only, so run it "
+                "on a machine without that backend, or `make verify` to record this one"
+            )
         return check(paths, arguments.jobs)
     if os.environ.get("TPUREADY_OFFLINE") != "1":
         print(

@@ -391,6 +391,26 @@ def _() -> dict[str, Any]:
     }
 
 
+@check("prints")
+def _() -> dict[str, Any]:
+    """Each print of a tensor is one sync, and a printed tensor is freed once deleted."""
+    import gc
+
+    emulator.report().clear()
+    kind = "print(tensor) or repr (reads values on the host)"
+    doubled = torch.arange(1024.0, device="tpu") * 2
+    print(doubled, file=io.StringIO())
+    del doubled
+    once = emulator.report().total("host_syncs", kind)
+    printed = torch.arange(1024.0, device="tpu")
+    print(printed, file=io.StringIO())
+    twice = emulator.report().total("host_syncs", kind)
+    held = emulator.memory_allocated()
+    del printed
+    gc.collect()
+    return {"once": once, "twice": twice, "freed": held - emulator.memory_allocated()}
+
+
 @check("default_group")
 def _() -> dict[str, Any]:
     """`init_process_group()` with no backend: TorchTPU's idiom, the group gets tpu_dist."""

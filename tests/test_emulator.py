@@ -103,19 +103,25 @@ def test_without_the_variable_nothing_is_loaded() -> None:
     assert completed.stdout.split() == ["None", "False"]
 
 
+def with_a_stand_in_torch_tpu(folder: Path) -> str:
+    """A PYTHONPATH on which a stand-in TorchTPU (a `torch.backends` entry point that names
+    PrivateUse1 `tpu`) is installed, as TorchTPU is on a TPU VM."""
+    (folder / "fake_torch_tpu.py").write_text(
+        "def load():\n    import torch\n    torch.utils.rename_privateuse1_backend('tpu')\n"
+    )
+    info = folder / "fake_torch_tpu-0.2.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-torch-tpu\nVersion: 0.2.0\n")
+    (info / "entry_points.txt").write_text("[torch.backends]\ntorch_tpu = fake_torch_tpu:load\n")
+    return os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+
+
 def test_it_backs_off_with_one_line_when_another_tpu_backend_is_installed(
     tmp_path: Path,
 ) -> None:
     """A real TorchTPU (here a stand-in with its entry point) owns the device: the emulator
     says so in one line and leaves PrivateUse1 alone."""
-    (tmp_path / "fake_torch_tpu.py").write_text(
-        "def load():\n    import torch\n    torch.utils.rename_privateuse1_backend('tpu')\n"
-    )
-    info = tmp_path / "fake_torch_tpu-0.2.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-torch-tpu\nVersion: 0.2.0\n")
-    (info / "entry_points.txt").write_text("[torch.backends]\ntorch_tpu = fake_torch_tpu:load\n")
-    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    path = with_a_stand_in_torch_tpu(tmp_path)
     completed = run_emulated(
         "import torch, tpuready.emulator as e; print(e.is_emulated())",
         extra={"PYTHONPATH": path},
@@ -125,10 +131,16 @@ def test_it_backs_off_with_one_line_when_another_tpu_backend_is_installed(
     lines = completed.stderr.strip().splitlines()
     assert len(lines) == 1 and "TPUREADY_EMULATE_TPU=1 is ignored" in lines[0], lines
     # `python -m tpuready.emulator` rehearses there anyway: it loads no other backend.
+    # The script's own workers load backends as usual (on a TPU VM, TorchTPU): the command's
+    # autoload switch is for its own process only.
     script = tmp_path / "rehearse.py"
     script.write_text(
-        "import torch, tpuready.emulator as e\n"
+        "import os, subprocess, sys, torch, tpuready.emulator as e\n"
         "print(e.is_emulated(), torch.ones(1, device='tpu').device)\n"
+        'child = \'import os, torch; print(os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD"), '
+        "torch._C._get_privateuse1_backend_name())'\n"
+        "worker = subprocess.run([sys.executable, '-c', child], capture_output=True, text=True)\n"
+        "print(worker.stdout.strip())\n"
     )
     completed = subprocess.run(
         [sys.executable, "-m", "tpuready.emulator", str(script)],
@@ -140,8 +152,31 @@ def test_it_backs_off_with_one_line_when_another_tpu_backend_is_installed(
         check=False,
     )
     assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.split() == ["True", "tpu:0"]
+    assert completed.stdout.split() == ["True", "tpu:0", "None", "tpu"]
     assert completed.stderr == ""
+
+
+def test_the_notebook_check_refuses_to_run_where_the_emulator_stepped_aside(
+    tmp_path: Path,
+) -> None:
+    """On a TPU VM TorchTPU owns `tpu`: `make emulated` must not report notebooks as run on
+    the emulated TPU when they ran on another backend."""
+    completed = subprocess.run(
+        [sys.executable, "scripts/verify.py", "check", "notebooks/reference_hardware.ipynb"],
+        cwd=REPOSITORY,
+        env={
+            **os.environ,
+            "PYTHONPATH": with_a_stand_in_torch_tpu(tmp_path),
+            "TPUREADY_EMULATE_TPU": "1",
+            "TPUREADY_EMULATE_TPU_REPORT": "off",
+        },
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert completed.returncode == 2, completed.stderr
+    assert "the emulated TPU stepped aside" in completed.stderr
 
 
 def test_a_bad_host_fails_loudly_naming_the_value() -> None:
@@ -154,14 +189,17 @@ def test_a_bad_host_fails_loudly_naming_the_value() -> None:
 
 
 def test_every_legacy_device_call_raises_naming_its_replacement(battery: dict[str, Any]) -> None:
+    from tpuready.emulator.device_module import LEGACY_CALLS
+
     legacy = seen(battery, "legacy")
-    assert set(legacy) == set(LEGACY)
+    assert len(LEGACY) == 10 and set(legacy) == set(LEGACY)
     for name, error in legacy.items():
         assert error is not None, f"torch.tpu.{name}() did not raise"
-        assert (error.startswith("RuntimeError: ") and "torch.accelerator" in error) or (
-            name in ("initial_seed", "get_rng_state") and "torch." in error
-        ), error
+        assert error.startswith("RuntimeError: "), error
+        assert LEGACY_CALLS[name] in error, (name, error)
         assert "TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS=1" in error
+    assert "torch.accelerator.synchronize()" in legacy["synchronize"]
+    assert "torch.Generator()" in legacy["get_rng_state"]  # not the device module's own call
 
 
 def test_the_legacy_switch_turns_the_error_into_one_warning(battery: dict[str, Any]) -> None:
@@ -324,8 +362,17 @@ def test_the_json_report_of_each_rank_has_a_path_of_its_own() -> None:
     assert report_path("", {}) is None and report_path("off", {}) is None
     assert report_path("print", {}) is None
     assert report_path("out/r.json", {}) == Path("out/r.json")
-    assert report_path("r.txt", {"RANK": "3", "WORLD_SIZE": "1"}) == Path("r.txt")
+    assert report_path("r.json", {"RANK": "3", "WORLD_SIZE": "1"}) == Path("r.json")
     assert report_path("r.json", {"RANK": "3", "WORLD_SIZE": "4"}) == Path("r.rank3.json")
+    # Only a .json path writes a file (a stray "1" or "on" must not), and a WORLD_SIZE that is
+    # not a number does not stop the report at exit.
+    assert report_path("1", {}) is None and report_path("r.txt", {}) is None
+    assert report_path("r.json", {"RANK": "0", "WORLD_SIZE": "many"}) == Path("r.json")
+
+
+def test_each_print_is_one_sync_and_keeps_no_tensor_alive(battery: dict[str, Any]) -> None:
+    # A print reads a tensor many times to format it; a tensor of 1,024 float32 is 4,096 bytes.
+    assert seen(battery, "prints") == {"once": 1, "twice": 2, "freed": 4096}
 
 
 def test_the_report_is_printed_at_exit_and_written_as_json(tmp_path: Path) -> None:

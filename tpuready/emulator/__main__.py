@@ -15,18 +15,26 @@ import runpy
 import sys
 from collections.abc import Sequence
 
+from tpuready.emulator.findings import REPORT_VARIABLE
 from tpuready.emulator.host import ENVIRONMENT_VARIABLE, parse_host
 
-REPORT_VARIABLE = "TPUREADY_EMULATE_TPU_REPORT"
+AUTOLOAD_VARIABLE = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line, install the emulator, run the script as `__main__`."""
     parser = argparse.ArgumentParser(prog="python -m tpuready.emulator", description=__doc__)
+    from_environment = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
+    try:
+        names_a_host = parse_host(from_environment) is not None
+    except ValueError:
+        names_a_host = True  # a bad value: the --host check below names it
     parser.add_argument(
         "--host",
-        default=os.environ.get(ENVIRONMENT_VARIABLE, "").strip() or "1",
-        help="the host to play, as TPUREADY_EMULATE_TPU names it (default: 1, a v6e-8 host)",
+        # The variable's host when it names one; an off value (0) does not stop the command.
+        default=from_environment if names_a_host else "1",
+        help="the host to play, as TPUREADY_EMULATE_TPU names it (default: the variable's "
+        "host, else 1, a v6e-8 host)",
     )
     parser.add_argument(
         "--report", help="also write the report as JSON to this path (or 'off': no report)"
@@ -45,8 +53,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ[ENVIRONMENT_VARIABLE] = options.host
     if options.report:
         os.environ[REPORT_VARIABLE] = options.report
-    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # read when torch is first imported
+    # Autoload off for this process only (read when torch is first imported), so that it loads
+    # no other backend; the script's own workers inherit the variable as it was and load as usual.
+    autoload = os.environ.get(AUTOLOAD_VARIABLE)
+    os.environ[AUTOLOAD_VARIABLE] = "0"
     import torch
+
+    if autoload is None:
+        del os.environ[AUTOLOAD_VARIABLE]
+    else:
+        os.environ[AUTOLOAD_VARIABLE] = autoload
 
     from tpuready import emulator
 

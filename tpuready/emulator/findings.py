@@ -10,29 +10,33 @@ torch and the emulator):
   an operator whose output shape depends on the data), each a stall on a TPU;
 - `graphs`: graphs the emulated `tpu` compiler built, and `recompiles` among them;
 - `float64`: tensors of 64-bit floats made on the device (the report's own heuristic, not
-  in the notes: TPUs have no 64-bit float units, so such tensors are best kept on the host);
+  in the notes: TPUs are built for bfloat16 and float32, so keep float64 on the host unless
+  you have checked);
 - `known_gaps`: operators on the reference notes' list of gaps in TorchTPU's coverage;
 - `ignored_indices`: device indices other than 0 that `.to()` dropped (one device per process).
 
 `report()` returns the record so far; the process prints it to stderr when it exits
-(`TPUREADY_EMULATE_TPU_REPORT=off` silences it, `=report.json` also writes it as JSON there,
-`report.rank1.json` in rank 1 of a job of several). A place is the innermost line of your code
-on the way to the event; an event with none (autograd's backward runs in torch) says so. One
-print of a tensor counts as one host sync, however many reads torch makes to format it. No
+(`TPUREADY_EMULATE_TPU_REPORT=off` silences it, a path ending in `.json` also writes it as JSON
+there, `report.rank1.json` in rank 1 of a job of several). A place is the innermost line of your
+code on the way to the event; an event with none (autograd's backward runs in torch) says so.
+One print of a tensor counts as one host sync, however many reads torch makes to format it. No
 time, memory or speed figure is recorded, because the emulator knows none of a TPU's.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 __all__ = ["REPORT_VARIABLE", "EmulationReport", "place_in_user_code", "report"]
 
@@ -76,19 +80,51 @@ def _skipped_prefixes() -> tuple[str, ...]:
 OUTSIDE_USER_CODE = "(inside torch: no frame of your code, e.g. autograd's backward)"
 
 
-def _user_frame(frame: FrameType | None) -> tuple[str, FrameType | None]:
-    """(`file:line` of the innermost frame outside torch and the emulator, the frame of torch
-    formatting a tensor for printing on the way there, if any)."""
+def _user_frame(frame: FrameType | None) -> tuple[str, bool]:
+    """(`file:line` of the innermost frame outside torch and the emulator, whether torch was
+    formatting a tensor for printing on the way there)."""
     prefixes = _skipped_prefixes()
-    printing = None
+    printing = False
     while frame is not None:
         filename = frame.f_code.co_filename
         if filename.endswith("_tensor_str.py"):
-            printing = frame  # the outermost one: the same for every read of one print
+            printing = True
         elif not filename.startswith(prefixes) and "/contextlib.py" not in filename:
             return f"{Path(filename).name}:{frame.f_lineno}", printing
         frame = frame.f_back
     return OUTSIDE_USER_CODE, printing
+
+
+# Per thread: how deep torch's tensor formatting is, and whether the print under way has had
+# its host sync counted. Flags, not frames: a kept frame would keep the printed tensor alive.
+_PRINTS = threading.local()
+
+
+def _formatting_a_tensor(original: Callable[..., str]) -> Callable[..., str]:
+    """`torch._tensor_str._str` marked: its outermost call is one print of one tensor."""
+
+    @functools.wraps(original)
+    def formatted(*args: Any, **kwargs: Any) -> str:
+        depth = getattr(_PRINTS, "depth", 0)
+        if depth == 0:
+            _PRINTS.counted = False
+        _PRINTS.depth = depth + 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _PRINTS.depth = depth
+
+    formatted._tpuready_counts_prints = True  # type: ignore[attr-defined]
+    return formatted
+
+
+def count_each_print_once() -> None:
+    """Wrap torch's tensor formatting so that one print of a tensor counts as one host sync,
+    however many reads torch makes to format it."""
+    import torch._tensor_str as tensor_str
+
+    if not getattr(tensor_str._str, "_tpuready_counts_prints", False):
+        tensor_str._str = _formatting_a_tensor(tensor_str._str)
 
 
 def place_in_user_code(frame: FrameType | None = None) -> str:
@@ -103,7 +139,6 @@ class EmulationReport:
     host: str = ""
     counts: dict[str, Counter] = field(default_factory=lambda: {s: Counter() for s in SECTIONS})
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _print_counted: object = field(default=None, repr=False)  # the print last counted
 
     def record(self, section: str, what: str, where: str | None = None) -> None:
         """Count one event of `section` (one of SECTIONS) at `where` (default: the user's code)."""
@@ -111,10 +146,12 @@ class EmulationReport:
             raise ValueError(f"section must be one of {SECTIONS}, got {section!r}")
         if where is None:
             where, printing = _user_frame(sys._getframe(1))
-            if printing is not None:  # torch formats a tensor with many reads and float64 ops
-                if section != "host_syncs" or printing is self._print_counted:
+            if printing:  # torch formats a tensor with many reads and float64 ops
+                if section != "host_syncs":
+                    return
+                if getattr(_PRINTS, "depth", 0) and _PRINTS.counted:
                     return  # one print, one sync
-                self._print_counted = printing
+                _PRINTS.counted = True
                 what = "print(tensor) or repr (reads values on the host)"
         with self._lock:
             self.counts[section][(what, where)] += 1
@@ -171,13 +208,15 @@ def report() -> EmulationReport:
 
 
 def report_path(setting: str, environment: dict[str, str]) -> Path | None:
-    """Where the JSON report goes for a `TPUREADY_EMULATE_TPU_REPORT` value: None for "",
-    "print" and "off"; else the path, with `.rank<R>` before its suffix in a rank of a job of
-    several (ranks would otherwise write over each other)."""
-    if setting.strip().lower() in ("", "print", "off"):
+    """Where the JSON report goes for a `TPUREADY_EMULATE_TPU_REPORT` value: a path ending in
+    `.json`, with `.rank<R>` before the suffix in a rank of a job of several (ranks would
+    otherwise write over each other); None for any other value (`off` also silences the
+    printed report)."""
+    if not setting.strip().lower().endswith(".json"):
         return None
-    path = Path(setting)
-    if int(environment.get("WORLD_SIZE", "1") or 1) > 1 and "RANK" in environment:
+    path = Path(setting.strip())
+    world_size = environment.get("WORLD_SIZE", "1").strip()
+    if world_size.isdigit() and int(world_size) > 1 and "RANK" in environment:
         path = path.with_name(f"{path.stem}.rank{environment['RANK']}{path.suffix}")
     return path
 

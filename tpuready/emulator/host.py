@@ -59,7 +59,7 @@ class Host:
 def _syntax_error(value: str) -> ValueError:
     return ValueError(
         f"{ENVIRONMENT_VARIABLE}={value!r} is not a host the emulated TPU knows: use 1 (a "
-        f"TorchTPU {DEFAULT_TORCHTPU_HOST} host), a TorchTPU host such as v6e-1, v5p-8 or v7-4 "
+        f"TorchTPU {DEFAULT_TORCHTPU_HOST} host), a TorchTPU host such as v6e-1, v5p-4 or v7-4 "
         "(generation-chips), or multi-device[:N] (N devices every process sees, as on CUDA)"
     )
 

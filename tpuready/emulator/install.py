@@ -158,5 +158,6 @@ def install(host: Host) -> None:
         torch.set_float32_matmul_precision
     )
     torch.set_autocast_dtype("tpu", torch.bfloat16)
+    findings.count_each_print_once()
     findings.print_at_exit(host.describe())
     _hide_from_dynamo()
