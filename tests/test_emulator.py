@@ -179,6 +179,21 @@ def test_the_notebook_check_refuses_to_run_where_the_emulator_stepped_aside(
     assert "the emulated TPU stepped aside" in completed.stderr
 
 
+def test_the_command_refuses_a_report_path_that_would_write_nothing(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('ran')\n")
+    completed = subprocess.run(
+        [sys.executable, "-m", "tpuready.emulator", "--report", "r.txt", str(script)],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 2 and "ran" not in completed.stdout
+    assert "--report 'r.txt': name a .json file" in completed.stderr
+
+
 def test_a_bad_host_fails_loudly_naming_the_value() -> None:
     completed = run_emulated("import torch", host="v6e-banana")
     assert completed.returncode != 0

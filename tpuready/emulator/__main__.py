@@ -48,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(error))
     if host is None:
         parser.error(f"--host {options.host!r} switches the emulator off: name a host, e.g. 1")
+    if options.report and not options.report.lower().endswith(".json") and options.report != "off":
+        parser.error(f"--report {options.report!r}: name a .json file, or 'off' for no report")
     if not os.path.isfile(options.script):
         parser.error(f"no such script: {options.script}")
     os.environ[ENVIRONMENT_VARIABLE] = options.host
