@@ -131,9 +131,9 @@ book: venv stack-venvs
 test: venv stack-venvs chromium lint unit nbval emulated-hosts site
 
 # What a learner runs instead of `make test` (no Chromium, no network): the set-up notebook in
-# a kernel, as Lab runs it, ending in PASS or the list of what to fix (tpuready/setup_check.py).
+# a kernel, as Lab runs it, ending in PASS or the list of what to fix (tpuready/runtime/setup_check.py).
 check: venv
-	@$(NOTEBOOK_ENV) $(PY) -m tpuready.setup_check --notebook notebooks/00_setup_check.ipynb
+	@$(NOTEBOOK_ENV) $(PY) -m tpuready.runtime.setup_check --notebook notebooks/00_setup_check.ipynb
 
 lint: venv
 	$(VENV)/bin/ruff check tpuready tests scripts scripts/no_network book/_ext

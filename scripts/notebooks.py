@@ -249,8 +249,8 @@ def audit_speed(tree: list[Path], runs: int = 3) -> list[str]:
     import warnings
 
     from tpuready.audit import find_source_files, run_audit
-    from tpuready.audit_sources import cycle_collection_paused
-    from tpuready.fix import run_fix
+    from tpuready.audit.fix import run_fix
+    from tpuready.audit.sources import cycle_collection_paused
 
     files = find_source_files(tree)
     texts_lines = sum(len(path.read_text(encoding="utf-8").splitlines()) for path in files)
@@ -313,7 +313,7 @@ def _buckets_speed(runs: int = 3) -> str:
     """Time `optimal_buckets` on a million lengths, every length from 1 to 4,096 present."""
     import numpy as np
 
-    from tpuready.buckets import optimal_buckets
+    from tpuready.calc.buckets import optimal_buckets
 
     lengths = np.random.default_rng(0).integers(1, 4097, size=1_000_000)
     best = float("inf")
@@ -322,7 +322,7 @@ def _buckets_speed(runs: int = 3) -> str:
         optimal_buckets(lengths, 8)
         best = min(best, time.perf_counter() - started)
     return (
-        f"`tpuready.buckets.optimal_buckets` on 1,000,000 lengths drawn uniformly from 1 to "
+        f"`tpuready.calc.buckets.optimal_buckets` on 1,000,000 lengths drawn uniformly from 1 to "
         f"4,096 ({len(np.unique(lengths)):,} distinct), k = 8: {best:.2f} s, best of {runs}."
     )
 

@@ -134,8 +134,8 @@ def transformers_side(model, tokenizer, texts: list[str], runs: int) -> dict[str
 
 def vllm_side(model_dir: Path, prompt_ids: list[list[int]], runs: int) -> dict[str, object]:
     """vLLM's engine start and times, from its own venv (a guarded subprocess)."""
-    from tpuready.background import run_guarded
-    from tpuready.offline import environment_for_another_python
+    from tpuready.runtime.background import run_guarded
+    from tpuready.runtime.offline import environment_for_another_python
 
     if not VLLM_PYTHON.exists():
         raise SystemExit(f"{VLLM_PYTHON} is missing: run `make vllm-venv` (x86-64 Linux only)")

@@ -83,7 +83,7 @@ def run_torchrun(script: Path, num_ranks: int, *arguments: object, timeout_secon
     """Run `script` under the standard launcher on `num_ranks` CPU processes, one thread each.
 
     Returns the one JSON line (an object or a list) that rank 0 printed. The Part II tests
-    compare it with what the same worker returns through `tpuready.launch.run_workers`.
+    compare it with what the same worker returns through `tpuready.runtime.launch.run_workers`.
     """
     printed, _ = run_torchrun_with_stderr(
         script, num_ranks, *arguments, timeout_seconds=timeout_seconds

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from tpuready import emulator
-from tpuready.check import _matmul_in_bf16_passes
+from tpuready.inspect.check import _matmul_in_bf16_passes
 
 results: dict[str, Any] = {}
 

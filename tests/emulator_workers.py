@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from tpuready.launch import rank_device
+from tpuready.runtime.launch import rank_device
 
 
 def collectives(rank: int, world_size: int) -> dict[str, Any]:

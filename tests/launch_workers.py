@@ -1,6 +1,6 @@
 """Workers for tests/test_launch.py: spawned processes import them from this file.
 
-Each takes `(rank, world_size, ...)` as `tpuready.launch.run_workers` passes them.
+Each takes `(rank, world_size, ...)` as `tpuready.runtime.launch.run_workers` passes them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import psutil  # installed with ipykernel
 import torch
 import torch.distributed as dist
 
-from tpuready.offline import network_guard_installed
+from tpuready.runtime.offline import network_guard_installed
 
 
 def noisy_all_reduce(rank: int, world_size: int, scale: float = 1.0) -> dict[str, object]:

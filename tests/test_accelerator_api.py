@@ -19,8 +19,8 @@ from tpuready.accelerator_api import (
     TORCH_TPU_PUBLIC_NAMES,
     TORCH_TPU_REFUSED_CALLS,
     equivalent_for,
-    markdown_table,
 )
+from tpuready.pages.accelerator_api import markdown_table
 
 # Chapter 1's text column is 688 px wide at a 1280 px window, and inline code takes 8.5 px per
 # character (measured in Chromium on the built site). A code span cannot wrap, so the widest

@@ -13,14 +13,13 @@ from conftest import REPOSITORY, unpadded
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpuready import hardware
-from tpuready.alignment import (
+from tpuready.calc import hardware
+from tpuready.calc.alignment import (
     COMMON_DIMENSIONS,
     LANES,
     RULES_OF_THUMB,
     STREAMED_ROWS,
     SUBLANES,
-    cheat_sheet_markdown,
     layout_padded_shape,
     layout_utilization,
     matmul_tile_utilization,
@@ -31,7 +30,8 @@ from tpuready.alignment import (
     streamed_utilization,
     tile_utilization,
 )
-from tpuready.roofline import Roofline
+from tpuready.calc.roofline import Roofline
+from tpuready.pages.alignment import cheat_sheet_markdown
 
 CHEAT_SHEET = REPOSITORY / "book" / "hardware-alignment-cheat-sheet.md"
 # Properties are about values, not speed: no per-example wall-clock deadline.
@@ -223,14 +223,15 @@ def test_an_unknown_chip_is_refused_by_name() -> None:
 def test_cheat_sheet_page_is_generated_from_the_table() -> None:
     committed = CHEAT_SHEET.read_text(encoding="utf-8")
     assert committed == cheat_sheet_markdown(), (
-        "book/hardware-alignment-cheat-sheet.md is not the output of tpuready.alignment: "
-        "regenerate it with `python -m tpuready.alignment > book/hardware-alignment-cheat-sheet.md`"
+        "book/hardware-alignment-cheat-sheet.md is not the output of tpuready.pages.alignment: "
+        "regenerate it with "
+        "`python -m tpuready.pages.alignment > book/hardware-alignment-cheat-sheet.md`"
     )
 
 
 def test_module_prints_the_page() -> None:
     printed = subprocess.run(
-        [sys.executable, "-m", "tpuready.alignment"],
+        [sys.executable, "-m", "tpuready.pages.alignment"],
         cwd=REPOSITORY,
         capture_output=True,
         text=True,
@@ -257,7 +258,7 @@ def test_cheat_sheet_lists_every_tpu_tile_with_its_source() -> None:
 
 
 def test_cheat_sheet_follows_the_table_when_a_tile_changes(monkeypatch) -> None:
-    # One source: a (hypothetical) change in tpuready.hardware reaches the page.
+    # One source: a (hypothetical) change in tpuready.calc.hardware reaches the page.
     v7 = hardware.get_chip("v7")
     changed = dataclasses.replace(
         v7, matrix_unit_shape=(512, 512), sources=dict(v7.sources), notes=dict(v7.notes)

@@ -1,4 +1,4 @@
-"""Tests for `tpuready.audit_report`: the audit's findings as text grouped by severity, as JSON
+"""Tests for `tpuready.audit.report`: the audit's findings as text grouped by severity, as JSON
 and as GitHub workflow annotations, each in report order."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 from conftest import REPOSITORY
 
 from tpuready import audit
-from tpuready.audit_report import format_github, format_json, format_text
-from tpuready.audit_syntax import GUARDED, MUST_CHANGE, NOTE, Finding
+from tpuready.audit.report import format_github, format_json, format_text
+from tpuready.audit.syntax import GUARDED, MUST_CHANGE, NOTE, Finding
 
 FIXTURES = REPOSITORY / "tests" / "fixtures" / "audit"
 

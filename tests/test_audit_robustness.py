@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tpuready import __main__ as cli
-from tpuready import audit, audit_sources
+from tpuready import audit
+from tpuready.audit import sources
 
 CUDA_LINE = "import torch\nx = torch.ones(1).cuda()\n"
 
@@ -159,7 +160,7 @@ def test_a_fifo_named_like_python_is_skipped_not_waited_on(tmp_path: Path) -> No
 def test_files_over_the_size_limit_are_skipped_with_a_note(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(audit_sources, "MAX_FILE_BYTES", 100)
+    monkeypatch.setattr(sources, "MAX_FILE_BYTES", 100)
     big = tmp_path / "big.py"
     big.write_text(CUDA_LINE * 10)
     (finding,) = audit.audit_file(big)
@@ -217,7 +218,7 @@ def test_text_with_no_trigger_word_that_does_not_parse_is_still_reported(source:
     (finding,) = audit.audit_code(source)
     assert finding.rule == "syntax-error"
     with pytest.raises(SyntaxError) as parser_error:
-        audit_sources.parse_python(source)
+        sources.parse_python(source)
     expected = audit._syntax_error_finding(parser_error.value, source, "", None)
     assert finding.message == expected.message
 
@@ -355,7 +356,7 @@ def test_the_cli_and_the_api_give_the_same_findings() -> None:
 
 @pytest.mark.parametrize("flag", ["--fix", "--diff"])
 def test_fix_and_diff_call_the_fixer(flag: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    fix = pytest.importorskip("tpuready.fix")
+    fix = pytest.importorskip("tpuready.audit.fix")
     calls = []
 
     def fake_run_fix(

@@ -1,4 +1,4 @@
-"""Tests for `tpuready.audit_rules`: each rule's advice on real code and the ties it finds.
+"""Tests for `tpuready.audit.rules`: each rule's advice on real code and the ties it finds.
 
 Each fixture in tests/fixtures/audit/issue9/ marks the lines the audit must flag with a
 trailing `# expect: RULE` (a must-change finding) or `# expect: RULE/SEVERITY` comment.
@@ -13,7 +13,8 @@ import pytest
 import torch
 from conftest import REPOSITORY
 
-from tpuready import audit, fix
+from tpuready import audit
+from tpuready.audit import fix
 
 FIXTURES = REPOSITORY / "tests" / "fixtures" / "audit" / "issue9"
 EXPECT_MARKER = re.compile(r"#\s*expect:\s*(?P<items>[\w\-,/ ]+)$")

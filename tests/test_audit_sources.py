@@ -1,4 +1,4 @@
-"""Tests for `tpuready.audit_sources`: which files a scan reads, how it reads them, what it
+"""Tests for `tpuready.audit.sources`: which files a scan reads, how it reads them, what it
 refuses with an error naming the path, and the `# tpuready: ignore` pragmas."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import REPOSITORY
 
-from tpuready import audit, audit_sources
+from tpuready import audit
+from tpuready.audit import sources
 
 FIXTURES = REPOSITORY / "tests" / "fixtures" / "audit"
 
@@ -65,12 +66,12 @@ def test_bad_paths_raise_errors_that_name_them(tmp_path: Path) -> None:
 def test_a_file_over_the_limit_is_too_large(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(audit_sources, "MAX_FILE_BYTES", 10)
+    monkeypatch.setattr(sources, "MAX_FILE_BYTES", 10)
     small, large = tmp_path / "small.py", tmp_path / "large.py"
     small.write_text("x = 1\n")
     large.write_text("x = 1 + 2 + 3\n")
-    assert not audit_sources.is_too_large(small)
-    assert audit_sources.is_too_large(large)
+    assert not sources.is_too_large(small)
+    assert sources.is_too_large(large)
 
 
 def test_ignore_pragmas_count_only_in_comments() -> None:
@@ -80,7 +81,7 @@ def test_ignore_pragmas_count_only_in_comments() -> None:
         'c = "# tpuready: ignore"\n'
         "\x0cd = 4  # tpuready: ignore[cuda-method]\n"
     )
-    assert audit_sources.ignored_rules_by_line(source) == {
+    assert sources.ignored_rules_by_line(source) == {
         1: None,
         2: frozenset({"cuda-method", "nccl-backend"}),
         4: frozenset({"cuda-method"}),  # a form feed does not start a line

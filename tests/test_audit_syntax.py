@@ -1,4 +1,4 @@
-"""Tests for `tpuready.audit_syntax`: the small readers of Python's syntax that every rule
+"""Tests for `tpuready.audit.syntax`: the small readers of Python's syntax that every rule
 shares (which text names CUDA, nccl, a rank's own index)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ast
 
 import pytest
 
-from tpuready import audit_syntax
+from tpuready.audit import syntax
 
 
 def expression(code: str) -> ast.expr:
@@ -32,7 +32,7 @@ def expression(code: str) -> ast.expr:
     ],
 )
 def test_which_values_name_nccl(code: str, nccl: bool) -> None:
-    assert audit_syntax._is_nccl(expression(code)) is nccl
+    assert syntax.is_nccl(expression(code)) is nccl
 
 
 @pytest.mark.parametrize(
@@ -48,7 +48,7 @@ def test_which_values_name_nccl(code: str, nccl: bool) -> None:
     ],
 )
 def test_a_ranks_own_index_is_told_from_other_numbers(code: str, index: str | None) -> None:
-    shown = audit_syntax._rank_index(expression(code))
+    shown = syntax.rank_index(expression(code))
     assert shown == (None if index is None else ast.unparse(expression(index)))
 
 
@@ -65,13 +65,13 @@ def test_a_ranks_own_index_is_told_from_other_numbers(code: str, index: str | No
     ],
 )
 def test_which_texts_name_a_cuda_device(code: str, cuda: bool) -> None:
-    assert audit_syntax._is_cuda_device_text(expression(code)) is cuda
+    assert syntax.is_cuda_device_text(expression(code)) is cuda
 
 
 def test_dotted_names_start_at_a_plain_name() -> None:
-    assert audit_syntax._dotted_parts(expression("torch.cuda.is_available")) == [
+    assert syntax.dotted_parts(expression("torch.cuda.is_available")) == [
         "torch",
         "cuda",
         "is_available",
     ]
-    assert audit_syntax._dotted_parts(expression("get().cuda")) is None
+    assert syntax.dotted_parts(expression("get().cuda")) is None

@@ -1,4 +1,4 @@
-"""Tests for `tpuready.audit_walker`: which CUDA checks guard the code under them (correct as
+"""Tests for `tpuready.audit.walker`: which CUDA checks guard the code under them (correct as
 it stands) and which are a choice a TPU host gets wrong (must change with what they hold)."""
 
 from __future__ import annotations

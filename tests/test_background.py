@@ -1,4 +1,5 @@
-"""tpuready.background: programs run within their time, and nothing they start outlives them.
+"""tpuready.runtime.background: programs run within their time, and nothing they start outlives
+them.
 
 The tests start real processes; those about stopping check, by process id in /proc, that the
 program and the process it started are gone (so they run where /proc exists: Linux).
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tpuready.background import (
+from tpuready.runtime.background import (
     BackgroundError,
     BackgroundTimeout,
     free_port,
@@ -123,7 +124,7 @@ def test_nothing_outlives_a_caller_killed_with_sigkill(tmp_path) -> None:
     caller = textwrap.dedent(
         f"""
         import sys, time
-        from tpuready.background import run_guarded
+        from tpuready.runtime.background import run_guarded
         run_guarded([sys.executable, "-c", {program!r}], timeout_seconds=300)
         """
     )
@@ -176,7 +177,7 @@ def test_an_interrupted_call_stops_the_program_while_the_caller_lives_on(tmp_pat
     caller = textwrap.dedent(
         f"""
         import signal, sys, time
-        from tpuready.background import run_guarded
+        from tpuready.runtime.background import run_guarded
         # A kernel turns Ctrl-C into KeyboardInterrupt whatever it inherited; a runner started
         # as a shell's background job passes SIGINT ignored, and Python would keep it so.
         signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -1,4 +1,4 @@
-"""`tpuready.buckets`: optimal bucket lengths, the padding they cost, the collate helper.
+"""`tpuready.calc.buckets`: optimal bucket lengths, the padding they cost, the collate helper.
 
 The property tests check what a reader relies on when choosing buckets: no other set of at most
 `k` boundaries pads less (brute force on small inputs, random rivals on larger ones), every
@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpuready.buckets import (
+from tpuready.calc.buckets import (
     PaddingStats,
     bucket_for,
     optimal_buckets,

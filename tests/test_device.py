@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from tpuready.device import choose_device, compile_backend_for, seed_everything
+from tpuready.runtime.device import choose_device, compile_backend_for, seed_everything
 
 
 def fake_current_accelerator(answer: torch.device | None, calls: list[bool]):
@@ -111,7 +111,7 @@ def test_compile_backend_is_torch_compile_s_default_on_a_tpu():
     # lasts for the process, so it happens in a child.
     code = (
         "import torch\n"
-        "from tpuready.device import compile_backend_for\n"
+        "from tpuready.runtime.device import compile_backend_for\n"
         "torch.utils.rename_privateuse1_backend('tpu')\n"
         "print(compile_backend_for(torch.device('tpu')))\n"
     )

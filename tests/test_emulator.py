@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import tpuready.emulator
-import tpuready.launch
+import tpuready.runtime.launch
 from tpuready.accelerator_api import TORCH_TPU_REFUSED_CALLS
 from tpuready.emulator.findings import SECTIONS, EmulationReport, place_in_user_code
 from tpuready.emulator.host import MULTI_DEVICE, TORCHTPU, Host, parse_host
@@ -268,7 +268,7 @@ def test_an_operator_the_cpu_cannot_run_raises_naming_it(battery: dict[str, Any]
 
 
 def test_float32_matmuls_run_as_1_3_or_6_bf16_passes(battery: dict[str, Any]) -> None:
-    """Each pass count gives exactly tpuready.check's CPU model of the passes, and errors
+    """Each pass count gives exactly tpuready.inspect.check's CPU model of the passes, and errors
     that shrink as bf16 rounding predicts (u = 2**-8 per piece)."""
     passes = seen(battery, "matmul_passes")
     for count in ("1", "3", "6"):
@@ -499,18 +499,18 @@ def test_smallest_world_size_follows_the_host(
     at_least: int,
     expected: int,
 ) -> None:
-    monkeypatch.setattr(tpuready.launch, "allowed_rank_counts", lambda: allowed)
-    assert tpuready.launch.smallest_world_size(at_least) == expected
+    monkeypatch.setattr(tpuready.runtime.launch, "allowed_rank_counts", lambda: allowed)
+    assert tpuready.runtime.launch.smallest_world_size(at_least) == expected
 
 
 def test_smallest_world_size_refuses_more_than_a_host_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(tpuready.launch, "allowed_rank_counts", lambda: (1, 4, 8))
+    monkeypatch.setattr(tpuready.runtime.launch, "allowed_rank_counts", lambda: (1, 4, 8))
     with pytest.raises(ValueError, match="at most 8 ranks, fewer than 16"):
-        tpuready.launch.smallest_world_size(16)
+        tpuready.runtime.launch.smallest_world_size(16)
     with pytest.raises(ValueError, match="at_least must be an int >= 1"):
-        tpuready.launch.smallest_world_size(0)
+        tpuready.runtime.launch.smallest_world_size(0)
 
 
 @pytest.mark.parametrize(
@@ -529,14 +529,14 @@ def test_allowed_rank_counts_of_an_emulated_host(
     monkeypatch.setattr(tpuready.emulator, "_LOADED", host)
     tpu = SimpleNamespace(type="tpu")
     monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda **kwargs: tpu)
-    assert tpuready.launch.allowed_rank_counts() == expected
+    assert tpuready.runtime.launch.allowed_rank_counts() == expected
 
 
 # --- Collectives and sharding between real processes --------------------------------------
 
 RUN_WORKERS = """
 import json
-from tpuready.launch import run_workers
+from tpuready.runtime.launch import run_workers
 from tests.emulator_workers import {worker}
 print(json.dumps(run_workers({worker}, {ranks}, timeout_seconds=180)))
 """
@@ -550,7 +550,7 @@ def on_a_v5p_host_and_on_the_cpu(worker: str) -> tuple[list[Any], list[Any]]:
     """What `worker` of tests/emulator_workers.py returns from each of 2 ranks on an emulated
     v5p host, then from 2 ranks on the CPU (gloo)."""
     from tests import emulator_workers
-    from tpuready.launch import run_workers
+    from tpuready.runtime.launch import run_workers
 
     emulated = workers_emulated(worker, 2, host="v5p-2")
     assert emulated.returncode == 0, emulated.stderr
@@ -575,7 +575,7 @@ def test_collectives_on_the_emulated_tpu_equal_gloo_on_the_cpu() -> None:
 def test_dtensor_and_fsdp2_on_the_emulated_tpu_and_reshard_frees_memory() -> None:
     import torch
 
-    from tpuready.check import relative_error
+    from tpuready.inspect.check import relative_error
 
     on_tpu, on_cpu = on_a_v5p_host_and_on_the_cpu("sharded_training")
     for rank in range(2):

@@ -1,4 +1,4 @@
-"""Tests of the CUDA-to-portable rewriter (`tpuready.fix`, `python -m tpuready.fix`).
+"""Tests of the CUDA-to-portable rewriter (`tpuready.audit.fix`, `python -m tpuready.audit.fix`).
 
 Each input in tests/fixtures/fix/ has its expected output next to it (`NAME.py.expected`), and
 marks the lines the fixer must leave, and report, with a trailing `# left: RULE` comment.
@@ -27,8 +27,9 @@ from conftest import REPOSITORY, refuse_to_list
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tpuready import audit, fix
+from tpuready import audit
 from tpuready.accelerator_api import CUDA_TO_ACCELERATOR
+from tpuready.audit import fix
 
 FIXTURES = REPOSITORY / "tests" / "fixtures" / "fix"
 EXAMPLES = REPOSITORY / "notebooks" / "examples"
@@ -420,8 +421,8 @@ def test_a_notebook_gets_one_device_line_in_its_import_cell(tmp_path: Path) -> N
 def test_a_notebook_that_defines_device_gets_no_device_line(tmp_path: Path) -> None:
     path = _notebook(
         tmp_path,
-        nbformat.v4.new_code_cell("import torch\nimport tpuready.device"),
-        nbformat.v4.new_code_cell("device = tpuready.device.choose_device()"),
+        nbformat.v4.new_code_cell("import torch\nimport tpuready.runtime.device"),
+        nbformat.v4.new_code_cell("device = tpuready.runtime.device.choose_device()"),
         nbformat.v4.new_code_cell("x = torch.zeros(2).cuda()\ntorch.cuda.manual_seed(0)"),
     )
     status, stdout, _ = _run([str(path)], write=False)
@@ -519,7 +520,7 @@ def test_module_entry_point_prints_the_diff(tmp_path: Path) -> None:
     script = tmp_path / "seed.py"
     script.write_text("import torch\n\ntorch.cuda.manual_seed(0)\n", encoding="utf-8")
     result = subprocess.run(
-        [sys.executable, "-m", "tpuready.fix", "--diff", str(script)],
+        [sys.executable, "-m", "tpuready.audit.fix", "--diff", str(script)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,4 +1,4 @@
-"""Tests for `tpuready.fix_facts`: what the fixer reads of a module before rewriting (imports,
+"""Tests for `tpuready.audit.fix_facts`: what the fixer reads of a module before rewriting (imports,
 names used as strings, where and how a scope binds `device`)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from conftest import REPOSITORY
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tpuready import fix_facts
+from tpuready.audit import fix_facts
 
 FIXTURE_INPUTS = sorted((REPOSITORY / "tests" / "fixtures" / "fix").glob("*.py"))
 
@@ -25,13 +25,13 @@ def _expression(source: str) -> libcst.BaseExpression:
 
 
 def _facts_by_libcst(source: str) -> tuple[dict[str, str], bool, set[str]]:
-    facts = fix_facts._ModuleFacts()
+    facts = fix_facts.ModuleFacts()
     libcst.parse_module(source).visit(facts)
     return facts.aliases, facts.binds_torch, facts.string_used
 
 
 def _facts_by_ast(source: str) -> tuple[dict[str, str], bool, set[str]]:
-    facts = fix_facts._module_facts(source, libcst.parse_module(source))
+    facts = fix_facts.module_facts(source, libcst.parse_module(source))
     return facts.aliases, facts.binds_torch, facts.string_used
 
 
@@ -75,19 +75,19 @@ def test_module_facts_agree_on_any_order_of_imports_and_string_uses(parts: list[
 def test_imports_resolve_aliases_and_the_last_import_of_a_name_wins() -> None:
     source = "import torch.cuda as tc\nfrom torch import cuda\n"
     source += "import numpy\nfrom torch import nn as tc\n"
-    facts = fix_facts._module_facts(source, libcst.parse_module(source))
+    facts = fix_facts.module_facts(source, libcst.parse_module(source))
     assert facts.aliases["cuda"] == "torch.cuda"
     assert facts.aliases["tc"] == "torch.nn"
     assert facts.aliases["numpy"] == "numpy"
     assert not facts.binds_torch  # `import torch.cuda as tc` binds tc, not torch
-    assert fix_facts._module_facts(
+    assert fix_facts.module_facts(
         "import torch.nn\n", libcst.parse_module("import torch.nn\n")
     ).binds_torch
 
 
 def test_a_name_compared_with_a_string_or_given_a_string_method_is_used_as_a_string() -> None:
     source = 'if device == "cuda":\n    pass\nname.startswith("x")\nkind = device.type\n'
-    facts = fix_facts._module_facts(source, libcst.parse_module(source))
+    facts = fix_facts.module_facts(source, libcst.parse_module(source))
     assert {"device", "name"} <= facts.string_used
     assert "torch" not in facts.string_used
 
@@ -109,7 +109,7 @@ def test_a_name_compared_with_a_string_or_given_a_string_method_is_used_as_a_str
 def test_binds_device_looks_into_blocks_but_not_into_functions_or_classes(
     source: str, bound: bool
 ) -> None:
-    assert fix_facts._binds_device(_statements(source)) is bound
+    assert fix_facts.binds_device(_statements(source)) is bound
 
 
 @pytest.mark.parametrize(
@@ -141,7 +141,7 @@ def test_the_choice_is_recognised_in_each_spelling_and_nothing_else_is(
 def _scope(function: str) -> str | None:
     definition = libcst.parse_module(function).body[0]
     assert isinstance(definition, libcst.FunctionDef)
-    return fix_facts._scope_kind(definition.params, list(definition.body.body), False)
+    return fix_facts.scope_kind(definition.params, list(definition.body.body), False)
 
 
 @pytest.mark.parametrize(
@@ -166,5 +166,5 @@ def test_scope_kind_says_whether_rewrites_may_name_the_scopes_device(
 
 def test_a_choice_used_as_a_string_is_unknown_not_a_device() -> None:
     statements = _statements('device = "cuda"\n')
-    assert fix_facts._scope_kind(None, statements, True) == "unknown"
-    assert fix_facts._scope_kind(None, statements, False) == "device"
+    assert fix_facts.scope_kind(None, statements, True) == "unknown"
+    assert fix_facts.scope_kind(None, statements, False) == "device"

@@ -1,5 +1,5 @@
-"""Tests for `tpuready.fix_rewriter`'s own tables; its rewrites are tested through
-`tpuready.fix` on the fixtures (`tests/test_fix.py`)."""
+"""Tests for `tpuready.audit.fix_rewriter`'s own tables; its rewrites are tested through
+`tpuready.audit.fix` on the fixtures (`tests/test_fix.py`)."""
 
 from __future__ import annotations
 
@@ -12,20 +12,20 @@ import torch
 from conftest import REPOSITORY
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from tpuready import audit_syntax, fix_facts, fix_rewriter
+from tpuready.audit import fix_facts, fix_rewriter, syntax
 
 
 def test_the_rewriter_fills_every_device_argument_the_audit_flags() -> None:
-    assert fix_rewriter._DEVICE_FIRST_ARGUMENT == audit_syntax._DEVICE_FIRST_ARGUMENT
-    left_to_the_reader = set(audit_syntax._DEVICE_KEYWORDS) - set(fix_rewriter._DEVICE_KEYWORDS)
+    assert fix_rewriter.DEVICE_FIRST_ARGUMENT == syntax.DEVICE_FIRST_ARGUMENT
+    left_to_the_reader = set(syntax.DEVICE_KEYWORDS) - set(fix_rewriter.DEVICE_KEYWORDS)
     assert left_to_the_reader == {"default", "pin_memory_device"}
-    for keyword, as_type in fix_rewriter._DEVICE_KEYWORDS.items():
-        assert audit_syntax._DEVICE_KEYWORDS[keyword] == as_type
+    for keyword, as_type in fix_rewriter.DEVICE_KEYWORDS.items():
+        assert syntax.DEVICE_KEYWORDS[keyword] == as_type
 
 
 def test_the_device_line_assigns_the_audits_device_choice() -> None:
     assert " ".join(fix_rewriter.DEVICE_LINE.split()).replace("( ", "(").replace(" )", ")") == (
-        f"device = ({audit_syntax.DEVICE_CHOICE})"
+        f"device = ({syntax.DEVICE_CHOICE})"
     )
 
 
@@ -58,7 +58,7 @@ def test_spans_worked_out_per_statement_equal_libcsts_for_every_node(path: Path)
         first, last = positions.lines[id(statement)]
         assert first <= whole[statement].start.line and last <= whole[statement].end.line
         positions.load(statement)
-        for node in fix_facts._walk(statement):
+        for node in fix_facts.walk(statement):
             assert positions.spans[node] == whole[node], type(node).__name__
 
 
@@ -113,7 +113,7 @@ def test_stand_ins_keep_every_line_number_and_put_back_gives_the_text(path: Path
 def test_a_fix_with_stand_ins_equals_one_without(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tpuready import fix
+    from tpuready.audit import fix
 
     source = path.read_text(encoding="utf-8")
     with_stand_ins = fix.fix_source(source)
@@ -149,7 +149,7 @@ def test_stand_ins_count_lines_as_python_does() -> None:
         'x = "a\u2028b"\n\n\ndef g():\n    return 2\n\n\n'
         "model = torch.nn.Linear(2, 2).cuda()\n"
     )
-    from tpuready import fix
+    from tpuready.audit import fix
 
     fixed = fix.fix_source(source).fixed
     assert fixed.endswith("model = torch.nn.Linear(2, 2).to(device)\n")
@@ -201,7 +201,7 @@ def test_stand_ins_reach_into_a_statement_that_holds_a_finding() -> None:
 
 
 def test_a_fix_with_nested_stand_ins_equals_one_without(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tpuready import fix
+    from tpuready.audit import fix
 
     with_stand_ins = fix.fix_source(NESTED)
     monkeypatch.setattr(fix, "stand_in_text", lambda text, lines: (text, []))
@@ -245,7 +245,7 @@ def test_which_statements_bind_device(code: str, binds: bool) -> None:
 def test_a_stand_in_keeps_the_text_libcst_parses_the_same(
     source: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tpuready import fix
+    from tpuready.audit import fix
 
     with_stand_ins = fix.fix_source(source)
     monkeypatch.setattr(fix, "stand_in_text", lambda text, lines: (text, []))

@@ -19,8 +19,8 @@ from conftest import unpadded
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpuready import hardware
-from tpuready.hardware import (
+from tpuready.calc import hardware
+from tpuready.calc.hardware import (
     BYTES_PER_GB,
     BYTES_PER_GIB,
     CHIPS,
@@ -32,11 +32,9 @@ from tpuready.hardware import (
     chip_for_device_name,
     device_peak_flops_per_second,
     get_chip,
-    interconnect_markdown_table,
     known_names,
-    markdown_table,
-    notes_markdown,
 )
+from tpuready.pages.hardware import interconnect_markdown_table, markdown_table, notes_markdown
 
 NBSP = "\N{NO-BREAK SPACE}"
 # No per-example time limit: hypothesis's default 200 ms deadline is a wall-clock assertion that

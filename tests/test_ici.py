@@ -11,8 +11,8 @@ from conftest import unpadded
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpuready.hardware import all_chips, get_chip
-from tpuready.ici import (
+from tpuready.calc.hardware import all_chips, get_chip
+from tpuready.calc.ici import (
     COLLECTIVES,
     REDISTRIBUTIONS,
     AxisLayout,
@@ -22,9 +22,8 @@ from tpuready.ici import (
     collective_seconds,
     default_slice_shape,
     layout_mesh,
-    redistribution_markdown,
-    ring_times_markdown,
 )
+from tpuready.pages.ici import redistribution_markdown, ring_times_markdown
 
 GIB = 2**30
 W = 1e11  # a round per-link bandwidth for the hand calculations

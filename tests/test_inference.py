@@ -1,4 +1,4 @@
-"""tpuready.inference: KV-cache bytes, sequences that fit, and the decode roofline."""
+"""tpuready.calc.inference: KV-cache bytes, sequences that fit, and the decode roofline."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpuready.hardware import get_chip
-from tpuready.inference import (
+from tpuready.calc.hardware import get_chip
+from tpuready.calc.inference import (
     InferenceError,
     decode_step,
     experts_touched,
@@ -19,7 +19,7 @@ from tpuready.inference import (
     tpu_head_dim,
     weight_bytes_read,
 )
-from tpuready.plan import HBM_HEADROOM, ModelConfig
+from tpuready.calc.plan import HBM_HEADROOM, ModelConfig
 from tpuready.validate import InputError
 
 # LLaMA-2 13B as the Scaling Book's inference chapter sizes it (40 layers and heads, no GQA).

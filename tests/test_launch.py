@@ -1,4 +1,5 @@
-"""tpuready.launch: real gloo ranks on CPU, rank-ordered results, loud failures, no leftovers.
+"""tpuready.runtime.launch: real gloo ranks on CPU, rank-ordered results, loud failures, no
+leftovers.
 
 Each run spawns processes that import torch (2-4 s each on two cores), so the tests share
 runs where one run can show several behaviours.
@@ -38,8 +39,8 @@ from launch_workers import (
     tensor_result,
 )
 
-import tpuready.launch
-from tpuready.launch import WorkerCrashedError, WorkersTimedOutError, run_workers
+import tpuready.runtime.launch
+from tpuready.runtime.launch import WorkerCrashedError, WorkersTimedOutError, run_workers
 
 # A safety net: no test may hang the suite even if the launcher's own timeout broke.
 pytestmark = pytest.mark.timeout(180)
@@ -218,7 +219,7 @@ def test_a_rank_that_dies_mid_message_gets_the_same_report_as_a_silent_death() -
 CALLER_SCRIPT = """
 import sys
 from launch_workers import report_pid_and_sleep
-from tpuready.launch import run_workers
+from tpuready.runtime.launch import run_workers
 run_workers(report_pid_and_sleep, 2, sys.argv[1], timeout_seconds=3600)
 """
 
@@ -253,7 +254,7 @@ def test_ranks_exit_and_leave_no_files_when_the_caller_is_killed(
     pid_dir.mkdir()
     caller_temporary_dir.mkdir()
     # The caller imports the same tpuready as this test (and launch_workers from here).
-    package_root = Path(tpuready.launch.__file__).parents[1]
+    package_root = Path(tpuready.runtime.launch.__file__).parents[1]
     python_path = [str(Path(__file__).parent), str(package_root), os.environ.get("PYTHONPATH", "")]
     environment = dict(
         os.environ,

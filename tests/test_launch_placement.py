@@ -1,4 +1,4 @@
-"""tpuready.launch's one way to place a rank: backend and device on every kind of host.
+"""tpuready.runtime.launch's one way to place a rank: backend and device on every kind of host.
 
 Hosts are faked (`torch.accelerator` answers, a fake `torch.tpu`, a recording
 `init_process_group`), so no GPU, TPU or NCCL is needed; one test starts real gloo ranks to
@@ -26,8 +26,8 @@ from conftest import NOTEBOOK_DIR, REPOSITORY
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import tpuready.launch
-from tpuready.launch import (
+import tpuready.runtime.launch
+from tpuready.runtime.launch import (
     RankPlacement,
     choose_rank_placement,
     init_rank,
@@ -173,7 +173,7 @@ def test_a_tpu_host_gets_tpu_dist_and_tpu_0_for_every_rank() -> None:
         import json
         import torch
         torch.utils.rename_privateuse1_backend("tpu")
-        from tpuready.launch import choose_rank_placement
+        from tpuready.runtime.launch import choose_rank_placement
         chosen = [
             choose_rank_placement(rank, 4, accelerator=torch.device("tpu"), device_count=4)
             for rank in range(4)
@@ -279,7 +279,7 @@ class FakeHost:
             lambda **options: self.calls.append(("init_process_group", options)),
         )
         # init_rank remembers its choice for rank_device(): forget it after the test.
-        monkeypatch.setattr(tpuready.launch, "_placement", None)
+        monkeypatch.setattr(tpuready.runtime.launch, "_placement", None)
 
 
 def test_init_rank_on_cuda_sets_the_device_before_joining(
@@ -346,7 +346,7 @@ def test_init_rank_refuses_a_local_rank_that_is_not_a_number(
 
 
 def test_rank_device_before_init_rank_says_what_to_call(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tpuready.launch, "_placement", None)
+    monkeypatch.setattr(tpuready.runtime.launch, "_placement", None)
     with pytest.raises(RuntimeError, match=r"before init_rank\(\)"):
         rank_device()
 
@@ -411,7 +411,7 @@ def test_run_workers_prepares_the_launch_environment_before_starting_ranks(
     def refuse_to_start(process: object) -> None:
         raise AssertionError("a rank started before the launch environment was prepared")
 
-    monkeypatch.setattr(tpuready.launch, "prepare_launch_environment", prepare)
+    monkeypatch.setattr(tpuready.runtime.launch, "prepare_launch_environment", prepare)
     monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", refuse_to_start)
     with pytest.raises(StopBeforeSpawning):
         run_workers(report_placement, 3)
@@ -484,7 +484,9 @@ def test_no_source_names_a_backend_for_init_process_group(path: Path) -> None:
     calls = calls_in(parsed(path), "init_process_group")
     spelled = [call.lineno for call in calls]
     named = [call.lineno for call in calls if names_a_backend(call)]
-    assert named == [], f"{path.name} lines {named}: call tpuready.launch.init_rank() instead"
+    assert named == [], (
+        f"{path.name} lines {named}: call tpuready.runtime.launch.init_rank() instead"
+    )
     if path in WORKER_FILES:  # a worker joins through init_rank only
         assert spelled == [], f"{path.name} lines {spelled}: call init_rank() instead"
 

@@ -1,4 +1,4 @@
-"""tpuready.markdown.table: what goes in comes back out of the Markdown, cell by cell."""
+"""tpuready.pages.markdown.table: what goes in comes back out of the Markdown, cell by cell."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpuready.markdown import table
+from tpuready.pages.markdown import table
 
 
 def _read_back(markdown: str) -> list[list[str]]:

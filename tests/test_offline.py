@@ -1,6 +1,6 @@
 """The network guard the notebooks run under: local traffic passes, nothing else gets out.
 
-Two layers (see tpuready.offline): scripts/no_network's network namespace, and the Python
+Two layers (see tpuready.runtime.offline): scripts/no_network's network namespace, and the Python
 guard. The tests check what each one does to the calls a notebook could make, and that a
 notebook cell trying UDP, DNS and a raw `_socket` gets no packet out in either mode.
 Addresses off the machine are documentation ones (192.0.2.0/24, *.invalid) or the guard
@@ -28,8 +28,8 @@ from conftest import REPOSITORY
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpuready import offline
-from tpuready.offline import GuardedSocket, NetworkRefusedError, is_loopback_host
+from tpuready.runtime import offline
+from tpuready.runtime.offline import GuardedSocket, NetworkRefusedError, is_loopback_host
 
 OFFLINE_SITE = REPOSITORY / "scripts" / "offline_site"
 NO_NETWORK = REPOSITORY / "scripts" / "no_network"
@@ -215,7 +215,7 @@ def test_the_installed_guard_refuses_the_internet_through_every_door() -> None:
     result = run_python(
         f"""
         import _socket, asyncio, os, socket, urllib.error, urllib.request
-        from tpuready.offline import NetworkRefusedError, network_guard_installed
+        from tpuready.runtime.offline import NetworkRefusedError, network_guard_installed
         assert network_guard_installed(), "sitecustomize did not install the guard"
         print("HF_HUB_OFFLINE", os.environ["HF_HUB_OFFLINE"])
         def attempt(label, action):
@@ -252,8 +252,8 @@ def test_the_installed_guard_refuses_the_internet_through_every_door() -> None:
         ("asyncio", "'example.invalid' port 80"),
     ]
     assert result.stdout.splitlines() == ["HF_HUB_OFFLINE 1"] + [
-        f"{label} refused: network access refused by tpuready.offline: {where} is not on this "
-        "machine"
+        f"{label} refused: network access refused by tpuready.runtime.offline: {where} is not "
+        "on this machine"
         for label, where in refusals
     ]
 
@@ -287,7 +287,7 @@ def test_the_installed_guard_keeps_local_servers_and_clients_working() -> None:
 
 def test_without_the_switch_no_guard_is_installed() -> None:
     result = run_python(
-        "from tpuready.offline import network_guard_installed as i; print(i())",
+        "from tpuready.runtime.offline import network_guard_installed as i; print(i())",
         offline_environment(TPUREADY_OFFLINE="0"),
     )
     assert result.stdout.strip() == "False", result.stderr
@@ -351,7 +351,7 @@ def test_inside_the_namespace_only_loopback_exists_and_works() -> None:
 # namespace, since outside it nothing would stop them.
 PROBE_CELL = f"""
 import _socket, ctypes, errno, os, socket, struct, subprocess, sys
-from tpuready.offline import network_guard_installed
+from tpuready.runtime.offline import network_guard_installed
 
 TARGET = "{OFF_MACHINE_ADDRESS}"
 print("guard", network_guard_installed(), "namespace", os.environ["TPUREADY_NETWORK_NAMESPACE"])
@@ -462,7 +462,7 @@ def test_a_notebook_gets_no_packet_out_in_the_namespace() -> None:
 
 def test_another_venvs_python_gets_the_guard_through_pythonpath(tmp_path) -> None:
     """The base interpreter, which has no tpuready, installs the guard all the same."""
-    from tpuready.offline import environment_for_another_python
+    from tpuready.runtime.offline import environment_for_another_python
 
     base = {"PATH": os.environ["PATH"], "TPUREADY_OFFLINE": "1", "PYTHONPATH": "/some/where"}
     environment = environment_for_another_python(base)

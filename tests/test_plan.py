@@ -1,4 +1,4 @@
-"""`tpuready.plan`: parameter counts, shard sizes, memory, bytes moved and bad input.
+"""`tpuready.calc.plan`: parameter counts, shard sizes, memory, bytes moved and bad input.
 
 The tiny model below is small enough to count by hand; the comments show the counts. The
 property tests check what a reader relies on when choosing a mesh: giving an axis more chips
@@ -15,8 +15,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpuready.hardware import UnknownChipError, get_chip
-from tpuready.plan import (
+from tpuready.calc.hardware import UnknownChipError, get_chip
+from tpuready.calc.plan import (
     AXES,
     BYTES_PER_PARAM_STATE,
     HBM_HEADROOM,

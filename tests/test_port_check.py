@@ -1,4 +1,4 @@
-"""tpuready.port_check grades what a port does on each host, not how it reads (chapter 6).
+"""tpuready.runtime.port_check grades what a port does on each host, not how it reads (chapter 6).
 
 `devices_per_rank` runs a port's launch lines once per local rank on a TorchTPU host (one `tpu`
 device per process) and on a multi-device host (CUDA's model, one device per rank). Every
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tpuready.audit import audit_code
-from tpuready.port_check import (
+from tpuready.runtime.port_check import (
     MULTI_DEVICE_HOST,
     TORCHTPU_HOST,
     PortCheckError,
@@ -32,7 +32,7 @@ model = model.to(device)
 """
 # The book's launcher, as chapter 6's workers use it.
 LAUNCHER_PORT = """
-from tpuready.launch import init_rank, rank_device
+from tpuready.runtime.launch import init_rank, rank_device
 init_rank()
 model = model.to(rank_device())
 """

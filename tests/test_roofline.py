@@ -1,4 +1,4 @@
-"""`tpuready.roofline`: intensities worked by hand, roofline properties, MFU, bad input.
+"""`tpuready.calc.roofline`: intensities worked by hand, roofline properties, MFU, bad input.
 
 The hand-worked cases write each count out in full, so a wrong formula cannot pass by agreeing
 with itself. The last test checks the module against chapter 9's plan: the announcement's
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpuready.hardware import all_chips, get_chip
-from tpuready.plan import ModelConfig, make_plan
-from tpuready.roofline import (
+from tpuready.calc.hardware import all_chips, get_chip
+from tpuready.calc.plan import ModelConfig, make_plan
+from tpuready.calc.roofline import (
     Roofline,
     RooflineError,
     attainable_flops_per_second,
@@ -260,7 +260,10 @@ def test_tokens_per_second_scales_linearly(mfu_value: float, chips: int) -> None
         (lambda: tokens_per_second(0.28, 0, 1e15, 1e11), "num_chips must be at least 1"),
         (lambda: Roofline("", 1e12, 1e9), "name must be a non-empty string"),
         (lambda: Roofline("cpu", -1.0, 1e9), "peak_flops_per_second must be a finite"),
-        (lambda: Roofline.from_chip(42), "chip must be a tpuready.hardware.Chip or a chip name"),
+        (
+            lambda: Roofline.from_chip(42),
+            "chip must be a tpuready.calc.hardware.Chip or a chip name",
+        ),
     ],
 )
 def test_bad_input_names_the_value(call: Callable[[], object], message: str) -> None:

@@ -1,4 +1,4 @@
-"""tpuready.serving: the bucket lists tpu-inference 0.32.0 builds, and what they compile.
+"""tpuready.calc.serving: the bucket lists tpu-inference 0.32.0 builds, and what they compile.
 
 The worked examples are the ones its wheel's own functions give (read and run by hand from
 `tpu_inference/runner/utils.py`; the package is not installed here); the properties hold for
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpuready.serving import (
+from tpuready.calc.serving import (
     MIN_NUM_SEQS,
     EngineBuckets,
     Request,

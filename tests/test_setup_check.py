@@ -1,4 +1,5 @@
-"""The learner's set-up check (tpuready.setup_check, notebooks/00_setup_check.ipynb, make check)."""
+"""The learner's set-up check (tpuready.runtime.setup_check, notebooks/00_setup_check.ipynb, make
+check)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import nbformat
 import pytest
 from conftest import REPOSITORY
 
-from tpuready import setup_check
-from tpuready.setup_check import CheckResult
+from tpuready.runtime import setup_check
+from tpuready.runtime.setup_check import CheckResult
 
 REQUIREMENTS = "# a comment\ntorch==2.13.0\nJinja2==3.1.6\n\nsome_pkg.name==1.0  # why\n"
 
@@ -92,7 +93,7 @@ def test_a_launch_failure_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch
     def refuse(*args: object, **kwargs: object) -> None:
         raise TimeoutError("rank 1 did not join\nmore detail")
 
-    monkeypatch.setattr("tpuready.launch.run_workers", refuse)
+    monkeypatch.setattr("tpuready.runtime.launch.run_workers", refuse)
     result = setup_check.check_ranks()
     assert not result.passed
     assert result.detail.startswith("TimeoutError: rank 1 did not join;")
@@ -148,8 +149,8 @@ def test_the_ranks_check_starts_the_fewest_ranks_a_host_runs(
 ) -> None:
     """A v5e-1 or v6e-1 VM holds one chip: the check must start one rank there (two on v7,
     a chip of two devices), and two on a CPU or a GPU."""
-    import tpuready.launch
+    import tpuready.runtime.launch
 
     assert setup_check.rank_count() == 2  # this machine: no accelerator
-    monkeypatch.setattr(tpuready.launch, "allowed_rank_counts", lambda: allowed)
+    monkeypatch.setattr(tpuready.runtime.launch, "allowed_rank_counts", lambda: allowed)
     assert setup_check.rank_count() == expected

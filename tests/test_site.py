@@ -305,7 +305,7 @@ def test_the_bundle_setup_check_passes_unpacked_with_no_network(unpacked_bundle:
     python = str(Path(sys.executable))
     no_network = str(REPOSITORY / "scripts" / "no_network")
     where = subprocess.run(
-        [no_network, python, "-c", "import tpuready.setup_check as m; print(m.__file__)"],
+        [no_network, python, "-c", "import tpuready.runtime.setup_check as m; print(m.__file__)"],
         cwd=unpacked_bundle,
         env=env,
         capture_output=True,
@@ -314,7 +314,14 @@ def test_the_bundle_setup_check_passes_unpacked_with_no_network(unpacked_bundle:
     )
     assert where.stdout.strip().startswith(str(wheel)), where.stdout + where.stderr
     check = subprocess.run(
-        [no_network, python, "-m", "tpuready.setup_check", "--notebook", BUNDLE_SETUP_CHECK],
+        [
+            no_network,
+            python,
+            "-m",
+            "tpuready.runtime.setup_check",
+            "--notebook",
+            BUNDLE_SETUP_CHECK,
+        ],
         cwd=unpacked_bundle,
         env=env,
         capture_output=True,

@@ -1,4 +1,4 @@
-"""`tpuready.timing`: waiting for a result on a (fake) accelerator, timing on a fake clock.
+"""`tpuready.runtime.timing`: waiting for a result on a (fake) accelerator, timing on a fake clock.
 
 No accelerator is needed: a fake one replaces `torch.accelerator.current_accelerator`,
 `is_available` and `synchronize`, and `Tensor.item` and `Tensor.cpu` record each host read
@@ -18,8 +18,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpuready import timing
-from tpuready.timing import TimingError, TimingResult, time_call, wait_for
+from tpuready.runtime import timing
+from tpuready.runtime.timing import TimingError, TimingResult, time_call, wait_for
 
 no_deadline = settings(deadline=None)  # values, not speed: a loaded machine must not flake
 
@@ -281,7 +281,7 @@ def test_order_of_the_samples_does_not_change_the_figures(data, values: list[flo
 def test_a_timing_is_labelled_only_under_the_emulated_tpu(monkeypatch: pytest.MonkeyPatch) -> None:
     import tpuready.emulator
     from tpuready.emulator.host import parse_host
-    from tpuready.timing import EMULATED_NOTE, timing_note
+    from tpuready.runtime.timing import EMULATED_NOTE, timing_note
 
     assert timing_note() == ""  # this interpreter runs no emulator
     monkeypatch.setattr(tpuready.emulator, "_LOADED", parse_host("1"))

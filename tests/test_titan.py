@@ -1,4 +1,4 @@
-"""`tpuready.titan`: a plan's TorchTitan flags, checked by hand, by property and by TorchTitan.
+"""`tpuready.calc.titan`: a plan's TorchTitan flags, checked by hand, by property and by TorchTitan.
 
 The last test runs chapter 19's checker (`notebooks/titan/ch19_check.py`) in the TorchTitan venv:
 TorchTitan 0.3.0's own config classes, `ParallelDims` and mesh construction on a fake process
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpuready.plan import ModelConfig, PlanError, make_plan
-from tpuready.titan import (
+from tpuready.calc.plan import ModelConfig, PlanError, make_plan
+from tpuready.calc.titan import (
     TitanConfigError,
     TitanRejection,
     raise_for_rejection,

@@ -1,6 +1,6 @@
 """Chapter 5's worker runs unchanged under torchrun and gives what the notebook saw.
 
-The notebook starts `run_rank` through `tpuready.launch.run_workers`; the chapter tells
+The notebook starts `run_rank` through `tpuready.runtime.launch.run_workers`; the chapter tells
 readers to run the same file with `torchrun`. Both must give every rank the same block, the
 same full product and the same recorded collectives, to the last bit.
 """
@@ -15,7 +15,7 @@ import sys
 import pytest
 from conftest import NOTEBOOK_DIR, REPOSITORY, run_torchrun
 
-from tpuready.launch import run_workers
+from tpuready.runtime.launch import run_workers
 
 WORKER_FILE = NOTEBOOK_DIR / "workers" / "ch05_sharded_matmul.py"
 WORLD_SIZE = 4

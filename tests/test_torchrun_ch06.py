@@ -1,6 +1,6 @@
 """Chapter 6's workers under the standard launcher give what the notebook gets.
 
-The notebook runs `notebooks/workers/ch06_*.py` through `tpuready.launch.run_workers`;
+The notebook runs `notebooks/workers/ch06_*.py` through `tpuready.runtime.launch.run_workers`;
 readers run the same files with `torchrun`. Each test runs a worker both ways on the same
 number of CPU ranks and compares what rank 0 reports. Same code, same data, same gloo sums
 in the same order, one torch thread per rank (the tests' environment): the numbers must be
@@ -17,7 +17,7 @@ import pytest
 from conftest import NOTEBOOK_DIR
 from conftest import run_torchrun as run_torchrun_with_timeout
 
-from tpuready.launch import run_workers
+from tpuready.runtime.launch import run_workers
 
 # The notebook imports its workers as `workers.ch06_...` from notebooks/; so do we (the
 # spawned ranks inherit this path).
@@ -41,7 +41,7 @@ def test_ddp_worker_under_torchrun_matches_run_workers() -> None:
     printed = run_torchrun(NOTEBOOK_DIR / "workers" / "ch06_ddp.py", 2)
     results = run_workers(ddp_worker, 2, timeout_seconds=TORCHRUN_TIMEOUT_SECONDS)
     assert printed["world_size"] == 2
-    # init_rank() chose gloo on this CPU-only host (tpuready.launch.choose_rank_placement).
+    # init_rank() chose gloo on this CPU-only host (tpuready.runtime.launch.choose_rank_placement).
     assert "cpu:gloo" in printed["backend"]
     assert printed["losses"] == results[0]["losses"]
     assert printed["losses"][-1] < printed["losses"][0]  # it trained

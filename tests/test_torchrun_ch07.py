@@ -1,6 +1,6 @@
 """Chapter 7's workers run unchanged under torchrun and agree with `run_workers`.
 
-The notebook starts its workers with `tpuready.launch.run_workers`; the chapter also shows
+The notebook starts its workers with `tpuready.runtime.launch.run_workers`; the chapter also shows
 the standard command, `torchrun --standalone --nproc-per-node=N notebooks/workers/...`. Each
 test runs a worker file both ways and compares what rank 0 reports.
 """
@@ -17,7 +17,8 @@ import torch
 from conftest import NOTEBOOK_DIR, run_torchrun_with_stderr
 from conftest import run_torchrun as run_torchrun_with_timeout
 
-from tpuready.launch import TPU_RANKS_PER_HOST, run_workers
+from tpuready.calc.hardware import TPU_RANKS_PER_HOST
+from tpuready.runtime.launch import run_workers
 
 # The notebook imports its workers as `workers.ch07_...` from notebooks/; so do we. Spawned
 # ranks inherit this sys.path.

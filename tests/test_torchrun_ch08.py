@@ -1,10 +1,10 @@
 """Chapter 8's expert-parallel worker under torchrun gives what the notebook gets.
 
 The notebook runs `notebooks/workers/ch08_expert_parallel.py` through
-`tpuready.launch.run_workers`; the chapter tells readers to run the same file with `torchrun`.
-Same code, same seeded weights and tokens, one torch thread per rank (the worker sets it), the
-same gloo exchanges: the capacities, drops, bytes and received counts must be equal, and the
-outputs equal to the last bit (compared by a SHA-256 of their bytes).
+`tpuready.runtime.launch.run_workers`; the chapter tells readers to run the same file with
+`torchrun`. Same code, same seeded weights and tokens, one torch thread per rank (the worker sets
+it), the same gloo exchanges: the capacities, drops, bytes and received counts must be equal, and
+the outputs equal to the last bit (compared by a SHA-256 of their bytes).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 import torch
 from conftest import NOTEBOOK_DIR, run_torchrun
 
-from tpuready.launch import run_workers
+from tpuready.runtime.launch import run_workers
 
 # The notebook imports its workers as `workers.ch08_...` from notebooks/; so do we (the
 # spawned ranks inherit this path).

@@ -1,7 +1,7 @@
 """Chapter 9's pipeline worker runs unchanged under torchrun and agrees with `run_workers`.
 
-The notebook starts `workers/ch09_pipeline.py` with `tpuready.launch.run_workers`; readers run
-the same file with `torchrun`. Both must report the same microbatch losses and activation
+The notebook starts `workers/ch09_pipeline.py` with `tpuready.runtime.launch.run_workers`; readers
+run the same file with `torchrun`. Both must report the same microbatch losses and activation
 peaks, and those must show what step 7 teaches.
 """
 
@@ -13,7 +13,7 @@ import sys
 from conftest import NOTEBOOK_DIR
 from conftest import run_torchrun as run_torchrun_with_timeout
 
-from tpuready.launch import run_workers
+from tpuready.runtime.launch import run_workers
 
 if str(NOTEBOOK_DIR) not in sys.path:
     sys.path.insert(0, str(NOTEBOOK_DIR))

@@ -1,7 +1,7 @@
 """Chapter 10's worker under the standard launcher gives what the notebook gets.
 
 The notebook runs `notebooks/workers/ch10_checkpoints.py` through
-`tpuready.launch.run_workers`; readers run the same file with `torchrun`. The test saves a
+`tpuready.runtime.launch.run_workers`; readers run the same file with `torchrun`. The test saves a
 checkpoint on 4 ranks and resumes it on 2, both ways, each in its own folder, and compares
 what rank 0 reports. Same code, same data, same gloo sums in the same order, one torch
 thread per rank: losses and the digests of the full state must be equal, with no tolerance.
@@ -16,7 +16,7 @@ import pytest
 from conftest import NOTEBOOK_DIR
 from conftest import run_torchrun as run_torchrun_with_timeout
 
-from tpuready.launch import run_workers
+from tpuready.runtime.launch import run_workers
 
 # The notebook imports its workers as `workers.ch10_...` from notebooks/; so do we (the
 # spawned ranks inherit this path).

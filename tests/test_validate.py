@@ -1,11 +1,11 @@
 """Bad input to every calculator: one error family, a message naming the argument and the value.
 
-Each public function of `tpuready.alignment`, `tpuready.buckets`, `tpuready.roofline`,
-`tpuready.ici`, `tpuready.plan`, `tpuready.serving` and `tpuready.inference` gets a valid call,
-and hypothesis replaces one argument at a time with a value no caller means (a bool, a float, a
-string, None, zero, a negative, NaN). The call must raise an `InputError` (a `ValueError`) whose
-message names the argument and the value; NumPy integers and floats must give the same answer as
-Python's.
+Each public function of `tpuready.calc.alignment`, `tpuready.calc.buckets`,
+`tpuready.calc.roofline`, `tpuready.calc.ici`, `tpuready.calc.plan`, `tpuready.calc.serving` and
+`tpuready.calc.inference` gets a valid call, and hypothesis replaces one argument at a time with a
+value no caller means (a bool, a float, a string, None, zero, a negative, NaN). The call must raise
+an `InputError` (a `ValueError`) whose message names the argument and the value; NumPy integers and
+floats must give the same answer as Python's.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpuready import alignment, buckets, ici, inference, plan, roofline, serving
-from tpuready.hardware import UnknownChipError, get_chip
+from tpuready.calc import alignment, buckets, ici, inference, plan, roofline, serving
+from tpuready.calc.hardware import UnknownChipError, get_chip
 from tpuready.validate import InputError, number, one_of, whole_number
 
 TINY_MOE = plan.ModelConfig(
@@ -346,7 +346,7 @@ def test_collective_seconds_needs_a_layout(layout: object):
 )
 @pytest.mark.parametrize("chip", [None, 5, ["v5e"]])
 def test_a_chip_that_is_neither_a_chip_nor_a_name_is_named(call, named: str, chip: object):
-    with pytest.raises(InputError, match=f"{named} must be a tpuready.hardware.Chip"):
+    with pytest.raises(InputError, match=f"{named} must be a tpuready.calc.hardware.Chip"):
         call(chip)
 
 

@@ -18,7 +18,7 @@ from conftest import NOTEBOOK_DIR, REPOSITORY, all_notebook_paths, read_notebook
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tpuready.setup_check import read_pins
+from tpuready.runtime.setup_check import read_pins
 
 
 def _load(name: str, path: Path) -> ModuleType:

@@ -1,31 +1,32 @@
 """Companion toolkit of the book *TPU-ready PyTorch*.
 
-One module per idea; import the one you need (`from tpuready import hardware`):
+One subpackage per purpose; import the module you need (`from tpuready.calc import hardware`).
+Arrows point one way: `pages` reads `calc` and the audit's tables, `runtime` and `emulator` read
+`calc.hardware`, and nothing below reads `pages`.
 
-- `device`: one device variable and one seed (chapter 1).
-- `accelerator_api`: CUDA-only calls and their `torch.accelerator` spellings (chapter 1).
-- `audit`: the portability audit, also `python -m tpuready audit-source PATH...` (chapter 1).
-- `dispatch`: record the aten operators code sends through the dispatcher (chapter 2).
-- `check`: the book's relative error and a CPU model of bf16 matmul passes (chapters 1, 3).
-- `syncs`: count host syncs and graph breaks (chapter 4).
-- `compile_trace`: read the compilations a run logged under `TORCH_TRACE` (chapter 12).
-- `timing`: wait for a device result by copying it to the host; time a call (chapters 1, 11, 15).
-- `hardware`: accelerator figures with their vendor sources (reference page).
-- `launch`: run a worker on N processes, each rank on the backend and device of its host (Part II).
-- `port_check`: run a port's launch lines as each rank of a host would; where each went (chapter 6).
-- `ici`: collective times on a TPU slice's torus, per mesh axis (chapters 5, 7, 9).
-- `plan`: per-chip memory, bytes per mesh axis and roofline step time of a sharded run (chapter 9).
-- `buckets`: the padding buckets that waste the fewest tokens, and a collate helper (chapter 12).
-- `alignment`: MXU utilisation (weights in tiles, tokens streamed), the cheat sheet (chapter 13).
-- `roofline`: arithmetic intensity, rooflines, MFU and tokens per second (chapter 15).
-- `serving`: the token and request buckets of vLLM's TPU runner, and its scheduler (chapter 16).
-- `inference`: KV-cache bytes, the sequences that fit, the decode roofline (chapter 17).
-- `background`: run another program with a clock, never left running (chapter 18).
-- `fix`: `python -m tpuready audit-source --fix`, rewrite what the audit finds (chapter 1).
-- `validate`: one check of calculator arguments and one error family, `InputError`.
-- `offline`: the network guard the notebooks run under in the tests.
+- `runtime`: what runs the book's code. `device` (one device variable and one seed, chapter 1),
+  `launch` (N processes, each rank on the backend and device of its host; Part II), `timing`
+  (wait for a result by copying it to the host; chapters 1, 11, 15), `background` (another program
+  with a clock, chapter 18), `offline` (the network guard of the tests), `setup_check` (the
+  learner's set-up check), `port_check` (a port's launch lines as each rank would run them,
+  chapter 6).
+- `calc`: the book's calculators, pure functions of a chip table. `hardware` (figures with their
+  vendor sources), `ici` (collective times on a torus, chapters 5, 7, 9), `plan` (memory, bytes
+  and step time of a sharded run, chapter 9), `titan` (a plan as TorchTitan flags, chapter 19),
+  `buckets` (padding buckets, chapter 12), `alignment` (MXU tiles, chapter 13), `roofline`
+  (chapter 15), `serving` (vLLM's TPU buckets, chapter 16), `inference` (KV cache, chapter 17).
+- `inspect`: looking inside a run. `dispatch` (aten operators, chapter 2), `syncs` (host syncs and
+  graph breaks, chapter 4), `compile_trace` (compilations under `TORCH_TRACE`, chapter 12),
+  `check` (the book's relative error and a model of bf16 matmul passes, chapters 1, 3).
+- `audit`: the portability audit (`python -m tpuready audit-source PATH...`, chapter 1) and its
+  fixer (`--fix`): `sources` reads files, `syntax` holds the shared readers and tables, `walker`
+  walks a file, `rules` holds one check per rule, `report` prints, `fix*` rewrite.
+- `pages`: the Markdown the book's reference pages show, rendered from the modules above.
 - `emulator`: the emulated TPU, a `tpu` device on the CPU with TorchTPU 0.2.0's documented rules,
   loaded by `import torch` when `TPUREADY_EMULATE_TPU=1` (chapter 1; CI runs every notebook on it).
+- `validate` (one check of calculator arguments and one error family, `InputError`) and
+  `accelerator_api` (CUDA-only calls and their `torch.accelerator` spellings) sit at the top:
+  every part reads them.
 """
 
 __version__ = "0.1.0"

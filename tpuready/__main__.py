@@ -2,7 +2,7 @@
 
 Subcommands:
   audit-source PATH...   list the lines that tie code to CUDA (see `tpuready.audit`);
-                         with --fix, rewrite what can be ported safely (`tpuready.fix`), with
+                         with --fix, rewrite what can be ported safely (`tpuready.audit.fix`), with
                          --diff, show that rewrite as a unified diff (the fixer's exit status)
 
 Exit status of `audit-source`: 0 when clean, 1 when there are findings (at or above
@@ -122,7 +122,7 @@ def run_audit_source(
 
 
 def _run_fix(paths: Sequence[str], *, write: bool, use_config: bool) -> int:
-    from tpuready.fix import run_fix  # imported here: libcst is needed only to rewrite
+    from tpuready.audit.fix import run_fix  # imported here: libcst is needed only to rewrite
 
     return run_fix(paths, write=write, stdout=sys.stdout, stderr=sys.stderr, use_config=use_config)
 

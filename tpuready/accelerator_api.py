@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpuready import markdown
-
 __all__ = [
     "CUDA_TO_ACCELERATOR",
     "TORCH_TPU_PUBLIC_NAMES",
@@ -22,7 +20,6 @@ __all__ = [
     "TORCH_TPU_REFUSED_FROM_TORCH_2_13",
     "AcceleratorEquivalent",
     "equivalent_for",
-    "markdown_table",
 ]
 
 # In TorchTPU 0.2.0 these `torch.tpu.<name>` calls raise a RuntimeError from user code
@@ -251,34 +248,3 @@ def equivalent_for(cuda_attribute: str) -> AcceleratorEquivalent | None:
             f"cuda_attribute must be a non-empty name such as 'synchronize', got {cuda_attribute!r}"
         )
     return _BY_NAME.get(cuda_attribute.removeprefix("torch.cuda."))
-
-
-def _sentence(note: str) -> str:
-    """A note as a sentence: a plain first word capitalised (never a name such as
-    `torch.cuda.amp`), and a full stop."""
-    first_word = note.split(" ", 1)[0]
-    if first_word.isalpha() and first_word.islower():
-        note = note[0].upper() + note[1:]
-    return note + "."
-
-
-def markdown_table() -> str:
-    """The table as Markdown: each CUDA-only call with its portable spelling and what
-    `torch.tpu.<same name>` is in TorchTPU 0.2.0, then the notes, numbered.
-
-    Two columns, not four, so that the table fits the book's text column at 1280 px: the
-    widest cell is one code span, and the notes wrap as prose under the table."""
-    note_numbers: dict[str, int] = {}
-    for entry in CUDA_TO_ACCELERATOR:
-        if entry.note:
-            note_numbers.setdefault(entry.note, len(note_numbers) + 1)
-    rows = []
-    for entry in CUDA_TO_ACCELERATOR:
-        marker = f" (note\N{NO-BREAK SPACE}{note_numbers[entry.note]})" if entry.note else ""
-        rows.append(
-            (f"`{entry.cuda_call}` → `{entry.replacement}`{marker}", entry.torch_tpu_status)
-        )
-    header = ("CUDA-only call → portable call", "The same call under `torch.tpu` in TorchTPU 0.2.0")
-    lines = [markdown.table(header, rows), "", "Notes:", ""]
-    lines += [f"{number}. {_sentence(note)}" for note, number in note_numbers.items()]
-    return "\n".join(lines)

@@ -1,10 +1,11 @@
 """One check for what the calculators are given, and one error family for what they refuse.
 
-The calculators (`tpuready.alignment`, `tpuready.buckets`, `tpuready.roofline`, `tpuready.ici`,
-`tpuready.plan`) check every argument here, so one bad value gets one kind of error wherever it
-goes in: an `InputError` (a `ValueError`) whose message names the argument, the value and the
-fix. Each calculator raises its own subclass (`AlignmentError`, `BucketError`, `RooflineError`,
-`IciModelError`, `PlanError`), so `except tpuready.validate.InputError` catches them all.
+The calculators (`tpuready.calc.alignment`, `tpuready.calc.buckets`, `tpuready.calc.roofline`,
+`tpuready.calc.ici`, `tpuready.calc.plan`) check every argument here, so one bad value gets one kind
+of error wherever it goes in: an `InputError` (a `ValueError`) whose message names the argument, the
+value and the fix. Each calculator raises its own subclass (`AlignmentError`, `BucketError`,
+`RooflineError`, `IciModelError`, `PlanError`), so `except tpuready.validate.InputError` catches
+them all.
 
 Whole numbers are Python ints or NumPy integers (`np.int64(4)` from an array works as `4`);
 booleans are refused although Python counts them as ints (`True` is never meant as a mesh size

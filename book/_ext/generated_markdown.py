@@ -2,7 +2,7 @@
 
 A reference page then shows the table the code uses, and cannot drift from it:
 
-    ```{generated-markdown} tpuready.accelerator_api:markdown_table
+    ```{generated-markdown} tpuready.pages.accelerator_api:markdown_table
     ```
 
 The function takes no argument and returns Markdown; the page is rebuilt when its module
@@ -34,7 +34,7 @@ class GeneratedMarkdown(SphinxDirective):
         except (ImportError, AttributeError) as error:
             raise ExtensionError(
                 f"generated-markdown: cannot find {self.arguments[0]!r}: name it as "
-                "module:function, as tpuready.accelerator_api:markdown_table"
+                "module:function, as tpuready.pages.accelerator_api:markdown_table"
             ) from error
         self.env.note_dependency(inspect.getfile(module))
         markdown = function()

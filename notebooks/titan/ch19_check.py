@@ -9,7 +9,7 @@ its device calls: `ConfigManager.parse_args` (its config classes, through
 tyro), then `ParallelDims` (the degrees against the world size), then
 `ParallelDims.build_mesh` on a fake process group of WORLD_SIZE ranks,
 whose rank 0's groups it reports. The trainer's own batch and sequence
-checks are not run (`tpuready.titan.titan_flags` keeps to them); the
+checks are not run (`tpuready.calc.titan.titan_flags` keeps to them); the
 global batch is reported as the trainer derives it. For the first
 accepted case it also builds the model on the meta device and calls the
 model's `parallelize_fn`, which is where a CPU stops; and it reads the

@@ -2,9 +2,9 @@
 
 The notebook runs `sharded_matmul` twice: on a simulated 2x4 mesh in one
 process (fake process group and `LocalTensorMode`), and on 4 real ranks
-through `tpuready.launch.run_workers`, which calls `run_rank` on each rank.
-Ranks return results and print nothing. As a script, the file runs the same
-function under the standard launcher:
+through `tpuready.runtime.launch.run_workers`, which calls `run_rank` on each
+rank. Ranks return results and print nothing. As a script, the file runs the
+same function under the standard launcher:
 
     torchrun --standalone --nproc-per-node=4 \\
         notebooks/workers/ch05_sharded_matmul.py
@@ -30,7 +30,7 @@ from torch.distributed.tensor import (
 )
 from torch.distributed.tensor.debug import CommDebugMode
 
-from tpuready.launch import init_rank, rank_device
+from tpuready.runtime.launch import init_rank, rank_device
 
 # The operands: A is (rows x inner), B is (inner x cols). Small enough for
 # 2 CPU cores; every dimension divides by the mesh sizes used (2 and 4).
@@ -121,7 +121,7 @@ def run_rank(rank: int, world_size: int) -> dict[str, Any]:
     """One rank: a (2, world_size // 2) mesh, the matmul, what it holds."""
     warnings.filterwarnings("ignore")
     # "tpu" on a TPU, "cuda" with a GPU per rank, else "cpu" (as here).
-    device_type = rank_device().type  # tpuready.launch chose it
+    device_type = rank_device().type  # tpuready.runtime.launch chose it
     mesh = init_device_mesh(
         device_type, (2, world_size // 2), mesh_dim_names=MESH_DIM_NAMES
     )
@@ -140,7 +140,7 @@ def run_rank(rank: int, world_size: int) -> dict[str, Any]:
 def main() -> None:
     """Under torchrun: join, run `run_rank`, rank 0 prints every result."""
     warnings.filterwarnings("ignore")
-    init_rank()  # the backend and device tpuready.launch chooses for this host
+    init_rank()  # the backend and device tpuready.runtime.launch chooses
     try:
         rank, world_size = dist.get_rank(), dist.get_world_size()
         result = run_rank(rank, world_size)

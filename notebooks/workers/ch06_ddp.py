@@ -1,12 +1,13 @@
 """Chapter 6's DDP baseline: examples/ddp_cuda_only.py, ported.
 
-`ddp_worker` runs on every rank through `tpuready.launch.run_workers` (the
-notebook), or under the standard launcher, where rank 0 prints one JSON line:
+`ddp_worker` runs on every rank through `tpuready.runtime.launch.run_workers`
+(the notebook), or under the standard launcher, where rank 0 prints one JSON
+line:
 
     torchrun --standalone --nproc-per-node=2 notebooks/workers/ch06_ddp.py
 
-What changed from the CUDA script: `tpuready.launch.init_rank` joins the group
-and picks the device, once per process, for any host (nccl and
+What changed from the CUDA script: `tpuready.runtime.launch.init_rank` joins
+the group and picks the device, once per process, for any host (nccl and
 `cuda:<local rank>` with a GPU per rank, tpu_dist and `tpu:0` on a TPU, where
 each process sees its one device as index 0, else gloo on the CPU), and the
 worker reads it with `rank_device()`; tensors move with `.to(device)`, never
@@ -26,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from tpuready.launch import init_rank, rank_device
+from tpuready.runtime.launch import init_rank, rank_device
 
 NUM_EPOCHS = 3
 BATCH_SIZE = 32  # per rank, as in the CUDA script

@@ -1,7 +1,8 @@
 """Chapter 6: FSDP2 on a small transformer (`notebooks/06_fsdp2.ipynb`).
 
-`fsdp_worker` runs on every rank through `tpuready.launch.run_workers` (the
-notebook), or under the standard launcher, where rank 0 prints one JSON line:
+`fsdp_worker` runs on every rank through `tpuready.runtime.launch.run_workers`
+(the notebook), or under the standard launcher, where rank 0 prints one JSON
+line:
 
     torchrun --standalone --nproc-per-node=4 notebooks/workers/ch06_fsdp.py
 """
@@ -19,7 +20,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from tpuready.launch import init_rank, rank_device
+from tpuready.runtime.launch import init_rank, rank_device
 
 # Every width is a multiple of 4, so each parameter splits evenly over 1, 2
 # or 4 ranks and FSDP2 pads no shard.

@@ -4,8 +4,9 @@ What a real training script adds to `fully_shard`, each checked against the
 plain sharded run of `ch06_fsdp`: gradient clipping on DTensor gradients,
 explicit prefetching, `torch.compile` of each block, and a transformers model
 sharded layer by layer, with and without activation checkpointing.
-`practice_worker` runs on every rank through `tpuready.launch.run_workers`
-(the notebook), or under the standard launcher, where rank 0 prints JSON:
+`practice_worker` runs on every rank through
+`tpuready.runtime.launch.run_workers` (the notebook), or under the standard
+launcher, where rank 0 prints JSON:
 
     torchrun --standalone --nproc-per-node=2 \\
         notebooks/workers/ch06_fsdp_practice.py
@@ -26,8 +27,8 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from tpuready.device import compile_backend_for
-from tpuready.launch import init_rank, rank_device
+from tpuready.runtime.device import compile_backend_for
+from tpuready.runtime.launch import init_rank, rank_device
 
 try:  # imported as workers.ch06_fsdp_practice (the notebook, the tests)
     from workers import ch06_fsdp

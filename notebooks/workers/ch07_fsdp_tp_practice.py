@@ -5,7 +5,7 @@ each block compiled, then the gradients clipped. The TP plan leaves the norms'
 weights whole, so FSDP shards them over `dp` alone: the parameters live on
 two meshes, and `clip_grad_norm_` cannot stack their norms. `clip_on_meshes`
 computes one norm per mesh and combines them. `fsdp_tp_practice` runs on every
-rank through `tpuready.launch.run_workers` (the notebook), or under the
+rank through `tpuready.runtime.launch.run_workers` (the notebook), or under the
 standard launcher, where rank 0 prints JSON:
 
     torchrun --standalone --nproc-per-node=4 \\
@@ -28,8 +28,8 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
 
-from tpuready.device import compile_backend_for
-from tpuready.launch import init_rank, rank_device
+from tpuready.runtime.device import compile_backend_for
+from tpuready.runtime.launch import init_rank, rank_device
 
 try:  # imported as workers.ch07_fsdp_tp_practice (the notebook, the tests)
     from workers import ch07_tensor_parallel as blocks

@@ -1,10 +1,10 @@
 """Worker for chapter 7: shard a saved tiny Qwen3 with its own TP plan.
 
 The notebook saves the model and starts `tp_plan_logits` with
-`tpuready.launch.run_workers` on `smallest_world_size(2)` ranks (2 on a CPU
-or a GPU, 4 on a TPU v5e or v6e host, which refuses 2); each rank returns its
-logits. As a script it runs under the standard launcher (from the repository
-root), each rank building and saving the same seeded model itself:
+`tpuready.runtime.launch.run_workers` on `smallest_world_size(2)` ranks (2 on a
+CPU or a GPU, 4 on a TPU v5e or v6e host, which refuses 2); each rank returns
+its logits. As a script it runs under the standard launcher (from the
+repository root), each rank building and saving the same seeded model itself:
 
     torchrun --standalone --nproc-per-node=2 \\
         notebooks/workers/ch07_qwen3_tp_plan.py
@@ -29,7 +29,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from tpuready.launch import init_rank, rank_device
+from tpuready.runtime.launch import init_rank, rank_device
 
 # A tiny Qwen3 with grouped-query attention (two query heads per KV head):
 # every split size (heads, KV heads, MLP) divides by 2 and by 4 ranks, the

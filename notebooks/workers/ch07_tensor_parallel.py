@@ -1,9 +1,9 @@
 """Workers for chapter 7 (tensor parallelism): a tiny transformer, its plans.
 
 The notebook builds the same model for its single-device reference and starts
-`run_all_layouts` with `tpuready.launch.run_workers`; ranks return results and
-print nothing. As a script, the file runs the same function under the
-standard launcher (from the repository root):
+`run_all_layouts` with `tpuready.runtime.launch.run_workers`; ranks return
+results and print nothing. As a script, the file runs the same function under
+the standard launcher (from the repository root):
 
     torchrun --standalone --nproc-per-node=4 \
         notebooks/workers/ch07_tensor_parallel.py
@@ -34,7 +34,7 @@ from torch.distributed.tensor.parallel import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tpuready.launch import init_rank, rank_device
+from tpuready.runtime.launch import init_rank, rank_device
 
 # The model every rank builds and the batch it sees: small, for 2 CPU cores.
 MODEL_SIZES = {"dim": 64, "num_heads": 8, "hidden_dim": 256, "num_layers": 2}

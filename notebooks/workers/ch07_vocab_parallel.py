@@ -3,8 +3,8 @@
 Chapter 7's blocks between a token embedding and an output head, both split
 along the vocabulary, and the loss computed two ways: on logits gathered
 whole, and on the vocabulary shards with `loss_parallel`. The notebook starts
-`vocab_parallel_worker` with `tpuready.launch.run_workers`; as a script it
-runs under the standard launcher (from the repository root):
+`vocab_parallel_worker` with `tpuready.runtime.launch.run_workers`; as a script
+it runs under the standard launcher (from the repository root):
 
     torchrun --standalone --nproc-per-node=4 \\
         notebooks/workers/ch07_vocab_parallel.py
@@ -31,7 +31,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from tpuready.launch import init_rank, rank_device
+from tpuready.runtime.launch import init_rank, rank_device
 
 try:  # imported as workers.ch07_vocab_parallel (the notebook, the tests)
     from workers import ch07_tensor_parallel as blocks

@@ -29,7 +29,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tpuready.launch import init_rank, rank_device
+from tpuready.runtime.launch import init_rank, rank_device
 
 # The layer: transformers' Qwen3MoeConfig fields of the same names, kept tiny.
 HIDDEN_SIZE = 32  # hidden_size

@@ -33,8 +33,8 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as functional_collectives
 import torch.nn.functional as F
 
-from tpuready.launch import init_rank, rank_device
-from tpuready.syncs import HostSyncCounter
+from tpuready.inspect.syncs import HostSyncCounter
+from tpuready.runtime.launch import init_rank, rank_device
 
 if not __package__:  # run as a script by torchrun: make `workers` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -6,7 +6,8 @@ into one stage per rank and trained one step with
 loss of each microbatch (the last stage), its gradients, and the most
 activation bytes autograd held at once for its stage: the memory the two
 schedules differ in. `pipeline_worker` runs on every rank through
-`tpuready.launch.run_workers` (the notebook), or under the standard launcher:
+`tpuready.runtime.launch.run_workers` (the notebook), or under the standard
+launcher:
 
     torchrun --standalone --nproc-per-node=2 notebooks/workers/ch09_pipeline.py
 
@@ -29,7 +30,7 @@ from torch.distributed.pipelining import (
     ScheduleGPipe,
 )
 
-from tpuready.launch import init_rank, rank_device
+from tpuready.runtime.launch import init_rank, rank_device
 
 WIDTH, NUM_LAYERS = 32, 8
 BATCH_SIZE = 16

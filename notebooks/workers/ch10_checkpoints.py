@@ -1,7 +1,7 @@
 """Sharded checkpoints and a preemption drill, for chapter 10.
 
 The chapter is `notebooks/10_checkpoints_and_preemption.ipynb`.
-`train_worker` runs on every rank through `tpuready.launch.run_workers`
+`train_worker` runs on every rank through `tpuready.runtime.launch.run_workers`
 (the notebook), or under the standard launcher, where rank 0 prints the
 result as one JSON line. Train to step 3 on 4 ranks, saving every 3 steps
 under DIR, then resume on 2 ranks (4 on a TPU v5e or v6e host, which refuses
@@ -45,7 +45,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, init_device_mesh
 
-from tpuready.launch import init_rank, rank_device
+from tpuready.runtime.launch import init_rank, rank_device
 
 # A small MLP. HIDDEN = 10 rows split over 4 ranks as 3, 3, 3 and 1:
 # the checkpoint must cope with uneven shards too.
@@ -61,8 +61,8 @@ PARTIAL_SUFFIX = ".partial"
 def build(world_size: int) -> tuple[nn.Module, torch.optim.Optimizer]:
     """The same seeded MLP on every rank, sharded with FSDP2 over all.
 
-    The mesh comes first, on the device tpuready.launch chose for the rank;
-    the model, built from the seed on the CPU, then moves there.
+    The mesh comes first, on the device tpuready.runtime.launch chose for the
+    rank; the model, built from the seed on the CPU, then moves there.
     """
     device = rank_device()  # cpu here; cuda:<local rank> or tpu:0 elsewhere
     mesh = init_device_mesh(device.type, (world_size,))

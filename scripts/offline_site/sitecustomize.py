@@ -4,6 +4,6 @@ PYTHONPATH and TPUREADY_OFFLINE=1: the notebook kernels and the workers they spa
 import os
 
 if os.environ.get("TPUREADY_OFFLINE") == "1":
-    from tpuready.offline import install_network_guard
+    from tpuready.runtime.offline import install_network_guard
 
     install_network_guard()

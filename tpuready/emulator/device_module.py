@@ -314,8 +314,8 @@ def set_device_index(index: int) -> None:
             report().record("refused", f"set_device({index})")
             raise RuntimeError(
                 f"TorchTPU shows each process one device, tpu:0: set_device({index}) is refused. "
-                "Start one process per device (torchrun, tpuready.launch.run_workers) and keep "
-                "every rank on tpu:0"
+                "Start one process per device (torchrun, tpuready.runtime.launch.run_workers) "
+                "and keep every rank on tpu:0"
             )
         return
     host_state.check_index(index)

@@ -32,7 +32,7 @@ _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
 def set_tpu_launch_env(nnodes: int = 1, nproc_per_node: int = 1) -> None:
     """Set what the ranks of a job need, in their parent: TorchTPU's rank-count rule applies."""
-    from tpuready.launch import TPU_RANKS_PER_HOST
+    from tpuready.calc.hardware import TPU_RANKS_PER_HOST
 
     for name, value in (("nnodes", nnodes), ("nproc_per_node", nproc_per_node)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -88,7 +88,7 @@ def _create_backend(store: Any, rank: int, world_size: int, timeout: timedelta) 
             "Check failed: client != nullptr (emulated TorchTPU: this rank has no launch "
             "environment; call torch.tpu.distributed.set_tpu_launch_env(nnodes=..., "
             "nproc_per_node=...) in the parent before starting the ranks, as "
-            "tpuready.launch.prepare_launch_environment does)"
+            "tpuready.runtime.launch.prepare_launch_environment does)"
         )
     return torch.distributed.ProcessGroupGloo(store, rank, world_size, timeout)
 

@@ -4,7 +4,7 @@ Two host models:
 
 - `torchtpu` (the default, `TPUREADY_EMULATE_TPU=1`): TorchTPU 0.2.0's. Each process sees one
   device, `tpu:0`; a job starts one process per device, and a host holds the rank counts its
-  generation allows (`tpuready.launch.TPU_RANKS_PER_HOST`). `TPUREADY_EMULATE_TPU=v6e-1`
+  generation allows (`tpuready.calc.hardware.TPU_RANKS_PER_HOST`). `TPUREADY_EMULATE_TPU=v6e-1`
   names the generation and the chips of the host (default `v6e-8`: 8 chips, one VM). The count
   is chips: Cloud's slice names count TensorCores for v4 and v5p (a v5p-8 is 4 chips), and
   here `v5p-4` is that host.
@@ -66,7 +66,7 @@ def _syntax_error(value: str) -> ValueError:
 
 def parse_host(value: str) -> Host | None:
     """The host `value` names, or None when it switches the emulator off ("" or "0")."""
-    from tpuready.launch import TPU_RANKS_PER_HOST
+    from tpuready.calc.hardware import TPU_RANKS_PER_HOST
 
     text = value.strip().lower()
     if text in _OFF:
@@ -92,7 +92,7 @@ def parse_host(value: str) -> Host | None:
             f"{ENVIRONMENT_VARIABLE}={value!r}: unknown TPU generation {generation!r}; known: "
             f"{', '.join(TPU_RANKS_PER_HOST)}"
         )
-    from tpuready.hardware import get_chip
+    from tpuready.calc.hardware import get_chip
 
     devices = chips * get_chip(generation).devices_per_chip  # a v7 chip is two devices
     sizes = TPU_RANKS_PER_HOST[generation]  # one rank per device: a host's device counts

@@ -6,7 +6,7 @@ land on the device tensors), then returns the results as `tpu` tensors without c
 the way it does what TorchTPU would, and records what a TPU would not like:
 
 - float32 matmuls (mm, bmm, addmm, baddbmm, convolution, grouped_mm) run as 1, 3 or 6 bf16
-  passes (`tpuready.check.MATMUL_PASSES`), as TorchTPU runs them by default and when asked;
+  passes (`tpuready.inspect.check.MATMUL_PASSES`), as TorchTPU runs them by default and when asked;
 - tensors on two devices raise, as on CUDA (a CPU scalar is allowed, as there);
 - host syncs, float64 tensors and known gaps go to the report.
 
@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
-from tpuready.check import MATMUL_PASSES
 from tpuready.emulator import memory
 from tpuready.emulator.findings import report
 from tpuready.emulator.state import state
+from tpuready.inspect.check import MATMUL_PASSES
 
 __all__ = ["KNOWN_GAPS", "register"]
 
@@ -215,7 +215,7 @@ def _out_of_the_profiler(kernel: Callable[..., Any]) -> Callable[..., Any]:
             raise RuntimeError(
                 "this process was started with fork from one that had loaded the TPU: TorchTPU "
                 "needs its workers spawned (multiprocessing's 'spawn' start method, as "
-                "torchrun and tpuready.launch.run_workers do), not forked"
+                "torchrun and tpuready.runtime.launch.run_workers do), not forked"
             )
         if not torch._C._autograd._profiler_enabled():
             return kernel(*args, **kwargs)

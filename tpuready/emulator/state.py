@@ -101,7 +101,7 @@ class EmulatorState:
                     f"ranks {holder[0]} and {rank} of one job both use tpu:{index} on the "
                     f"emulated {self.host.describe()}: on a host with several devices, each rank "
                     "must bind its own, torch.accelerator.set_device_index(local_rank), before "
-                    "it makes tensors (tpuready.launch.init_rank does)"
+                    "it makes tensors (tpuready.runtime.launch.init_rank does)"
                 ) from None
             claim.write_text(mine)
         self._claimed.add(index)

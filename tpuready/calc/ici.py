@@ -1,7 +1,7 @@
 """How long a collective takes on a TPU slice: mesh axes laid on the torus, priced per link.
 
 Taught in chapter 5 (step "What changes on a TPU"), used by chapter 7's tensor-parallel model,
-chapter 9's planner and `tpuready.plan`. The model follows the Scaling Book ("How to Scale Your
+chapter 9's planner and `tpuready.calc.plan`. The model follows the Scaling Book ("How to Scale Your
 Model", parts 2 and 3): a slice is a 2D or 3D torus of chips, every link between neighbours
 carries `W` bytes per second (both directions summed, `Chip.ici_link_bytes_per_second`), and a
 mesh axis is a set of rings (a torus dimension with its wraparound link) or lines (without).
@@ -40,8 +40,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tpuready import hardware, markdown
-from tpuready.hardware import Chip, as_chip
+from tpuready.calc.hardware import Chip, as_chip
 from tpuready.validate import InputError, number, one_of, whole_number
 
 __all__ = [
@@ -51,11 +50,11 @@ __all__ = [
     "IciModelError",
     "TorusPiece",
     "bytes_received",
+    "bytes_received_formula",
+    "check_total_bytes",
     "collective_seconds",
     "default_slice_shape",
     "layout_mesh",
-    "redistribution_markdown",
-    "ring_times_markdown",
 ]
 
 COLLECTIVES: tuple[str, ...] = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all")
@@ -128,7 +127,7 @@ class AxisLayout:
             raise IciModelError(
                 f"an axis over {self.slices} slices needs a positive dcn_bytes_per_second, "
                 f"got {self.dcn_bytes_per_second!r}: nothing to price the data-centre network "
-                "with (`tpuready.hardware` states no DCN figure for some chips)"
+                "with (`tpuready.calc.hardware` states no DCN figure for some chips)"
             )
 
     @property
@@ -150,7 +149,7 @@ class AxisLayout:
         return f"{text} + {dcn}" if text else dcn
 
 
-def _check_bytes(total_bytes: float) -> float:
+def check_total_bytes(total_bytes: float) -> float:
     """`total_bytes` as a float, after refusing anything but a finite number >= 0."""
     return number(
         "total_bytes",
@@ -199,7 +198,7 @@ def collective_seconds(kind: str, total_bytes: float, layout: AxisLayout) -> flo
     """Seconds a collective of `total_bytes` takes over one mesh axis (formulas: module
     docstring). `total_bytes` is the whole array: gathered, unreduced, or all-to-all'd."""
     _check_kind(kind)
-    total = _check_bytes(total_bytes)
+    total = check_total_bytes(total_bytes)
     if not isinstance(layout, AxisLayout):
         raise IciModelError(
             f"layout must be an AxisLayout, got {layout!r}: take one from layout_mesh(...)[axis]"
@@ -225,7 +224,7 @@ def bytes_received(kind: str, total_bytes: float, group_size: int) -> float:
     """Bytes each of `group_size` ranks receives in a collective of `total_bytes` (the ring
     algorithms of chapter 5): the bill, independent of the topology."""
     _check_kind(kind)
-    total = _check_bytes(total_bytes)
+    total = check_total_bytes(total_bytes)
     n = whole_number(
         "group_size", group_size, fix="pass the ranks of the group", error=IciModelError
     )
@@ -249,45 +248,10 @@ REDISTRIBUTIONS: tuple[tuple[str, str, str], ...] = (
 """A placement change on one mesh axis and the collective it costs (chapter 5, step 4)."""
 
 
-def redistribution_markdown() -> str:
-    """Each placement change with its collective and the bytes each rank receives, as a table;
-    the formulas are the ones `bytes_received` computes."""
-    rows = [
-        (f"`{old}` → `{new}`", kind, f"${_RECEIVED[kind][1]}$")
-        for old, new, kind in REDISTRIBUTIONS
-    ]
-    return markdown.table(
-        ("From → to, on one axis", "Collective", "Bytes each rank receives"), rows
-    )
-
-
-def ring_times_markdown(total_bytes: float = 2**30, chips: int = 16) -> str:
-    """Milliseconds for each collective of `total_bytes` over `chips` chips of one torus
-    dimension, as a ring (with the wraparound link) and as a line, on every TPU with a link
-    figure: `collective_seconds` on the hardware table."""
-    total = _check_bytes(total_bytes)
-    size = whole_number("chips", chips, fix="pass the chips of the axis", error=IciModelError)
-    columns = [
-        ("all-gather", True),
-        ("all-reduce", True),
-        ("all-to-all", True),
-        ("all-gather", False),
-    ]
-    rows = []
-    for chip in hardware.all_chips():
-        link = chip.ici_link_bytes_per_second
-        if chip.ici_topology is None or link is None:
-            continue
-        times = [
-            collective_seconds(kind, total, AxisLayout((TorusPiece(size, wraps),), link))
-            for kind, wraps in columns
-        ]
-        rows.append((chip.name, f"{link / 1e9:g}", *(f"{t * 1e3:.2f}" for t in times)))
-    header = (
-        "Chip", "One link, both ways (GB/s)", "All-gather or reduce-scatter, ring (ms)",
-        "All-reduce, ring (ms)", "All-to-all, ring (ms)", "All-gather, line (ms)",
-    )  # fmt: skip
-    return markdown.table(header, rows)
+def bytes_received_formula(kind: str) -> str:
+    """The LaTeX of what `bytes_received` computes for `kind`, in B bytes over N ranks."""
+    _check_kind(kind)
+    return _RECEIVED[kind][1]
 
 
 def _resolve(chip: Chip | str) -> Chip:

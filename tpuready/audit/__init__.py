@@ -5,11 +5,11 @@ Taught in `notebooks/01_device_agnostic_basics.ipynb`. `audit_source(paths)` and
 files and notebooks, read with `ast`, never with regular expressions over the text, so the
 word "cuda" in a comment, a docstring or a printed message is never a finding. The
 `torch.cuda.*` replacements come from `tpuready.accelerator_api`, the table chapter 1 prints.
-This module holds the entry points; the rest is split by concern: `tpuready.audit_sources`
-reads files, notebooks, pragmas and `[tool.tpuready]`; `tpuready.audit_syntax` is the shared
-vocabulary (severities, `Finding`, small readers of syntax); `tpuready.audit_walker` makes
-the one pass over each tree; `tpuready.audit_rules` holds each rule's check and `RULE_TABLE`
-(add a rule there, with its fixture in `tests/fixtures/audit/`); `tpuready.audit_report`
+This module holds the entry points; the rest is split by concern: `tpuready.audit.sources`
+reads files, notebooks, pragmas and `[tool.tpuready]`; `tpuready.audit.syntax` is the shared
+vocabulary (severities, `Finding`, small readers of syntax); `tpuready.audit.walker` makes
+the one pass over each tree; `tpuready.audit.rules` holds each rule's check and `RULE_TABLE`
+(add a rule there, with its fixture in `tests/fixtures/audit/`); `tpuready.audit.report`
 writes text, JSON and GitHub annotations.
 
 Each finding has a severity:
@@ -62,14 +62,14 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tpuready.audit_report import format_github, format_json, format_text
-from tpuready.audit_rules import (
+from tpuready.audit.report import format_github, format_json, format_text
+from tpuready.audit.rules import (
+    CHECKS_BY_NODE_TYPE,
     RULE_BY_ID,
     RULE_TABLE,
     RULES,
-    Rule,
 )
-from tpuready.audit_sources import (
+from tpuready.audit.sources import (
     CUDA_ON_PURPOSE_TAG,
     MAX_FILE_BYTES,
     SKIPPED_DIRECTORIES,
@@ -88,8 +88,7 @@ from tpuready.audit_sources import (
     read_notebook_cells,
     read_python,
 )
-from tpuready.audit_syntax import (
-    _TRIGGER_WORDS,
+from tpuready.audit.syntax import (
     CHOOSE_DEVICE,
     GUARDED,
     MUST_CHANGE,
@@ -98,14 +97,16 @@ from tpuready.audit_syntax import (
     ONE_DEVICE_PER_PROCESS,
     PICKS_FLOAT16,
     SEVERITIES,
+    TRIGGER_WORDS,
     Finding,
+    Rule,
     per_rank_advice,
 )
-from tpuready.audit_walker import (
+from tpuready.audit.walker import (
     BFLOAT16_OFF_CUDA,
-    _Auditor,
-    _collect_facts,
-    _FileFacts,
+    Auditor,
+    FileFacts,
+    collect_facts,
 )
 
 __all__ = [
@@ -171,7 +172,7 @@ def _syntax_error_finding(error: SyntaxError, source: str, path: str, cell: int 
     )
 
 
-_TRIGGER_TEXTS = tuple(sorted({word.lower() for word in (*_TRIGGER_WORDS, "nccl")}))
+_TRIGGER_TEXTS = tuple(sorted({word.lower() for word in (*TRIGGER_WORDS, "nccl")}))
 
 
 def _alias_pattern(aliases: Mapping[str, str]) -> re.Pattern[str] | None:
@@ -179,7 +180,7 @@ def _alias_pattern(aliases: Mapping[str, str]) -> re.Pattern[str] | None:
     words = sorted(
         rf"\b{re.escape(local.lower())}\b"
         for local, full in aliases.items()
-        if local != full and any(word in full for word in _TRIGGER_WORDS)
+        if local != full and any(word in full for word in TRIGGER_WORDS)
     )
     if not words:
         return None
@@ -231,22 +232,22 @@ def _trigger_lines(source: str, aliases: Mapping[str, str]) -> list[int]:
 def _may_have_findings(source: str, aliases: Mapping[str, str]) -> bool:
     """False when no rule can fire: every finding needs a trigger word in the text, or a name
     imported elsewhere (another notebook cell) that stands for one, like `amp`."""
-    if any(word in source for word in _TRIGGER_WORDS) or "nccl" in source.lower():
+    if any(word in source for word in TRIGGER_WORDS) or "nccl" in source.lower():
         return True
     return any(
         local in source
         for local, full in aliases.items()
-        if local != full and any(word in full for word in _TRIGGER_WORDS)
+        if local != full and any(word in full for word in TRIGGER_WORDS)
     )
 
 
 def _audit_tree(
-    tree: ast.AST, source: str, facts: _FileFacts, path: str, cell: int | None
+    tree: ast.AST, source: str, facts: FileFacts, path: str, cell: int | None
 ) -> list[Finding]:
     if not _may_have_findings(source, facts.aliases):
         return []
     lines = None if source.isascii() else re.split(r"\r\n|\r|\n", source)
-    auditor = _Auditor(facts, path, cell, lines)
+    auditor = Auditor(facts, path, cell, lines, rules=RULE_BY_ID, checks=CHECKS_BY_NODE_TYPE)
     auditor.run(tree, _trigger_lines(source, facts.aliases))
     findings = auditor.findings
     ignored = ignored_rules_by_line(source) if findings else {}
@@ -286,7 +287,7 @@ def _audit_text(source: str, path: str, cell: int | None) -> list[Finding]:
         tree = parse_python(source)
     except SyntaxError as error:
         return [_syntax_error_finding(error, source, path, cell)]
-    return _audit_tree(tree, source, _collect_facts([tree], source), path, cell)
+    return _audit_tree(tree, source, collect_facts([tree], source), path, cell)
 
 
 def audit_notebook(path: PathArgument) -> list[Finding]:
@@ -314,7 +315,7 @@ def _audit_notebook(notebook_path: Path) -> list[Finding]:
             except SyntaxError as error:
                 parsed.append((cell.number, cell.python, None, error))
     trees = [tree for _, _, tree, _ in parsed if tree is not None]
-    facts = _collect_facts(trees, "\n".join(python for _, python, _, _ in parsed))
+    facts = collect_facts(trees, "\n".join(python for _, python, _, _ in parsed))
     findings: list[Finding] = []
     for number, python, tree, error in parsed:
         if number in exempt:

@@ -14,9 +14,10 @@ Nothing runs on a device: `torch.accelerator` answers as the host would, the lin
 `dist.init_process_group` records that it was called, and their `model` records where `.to()`
 sent it (a device without an index means the process's current device, as on CUDA). The lines
 may use `os`, `torch`, `dist` (`torch.distributed`) and `model`, and the book's launcher,
-`init_rank()` and `rank_device()` from `tpuready.launch`, which decides from the same answers.
+`init_rank()` and `rank_device()` from `tpuready.runtime.launch`, which decides from the same
+answers.
 
-The lines run in a fresh Python (`python -m tpuready.port_check`, reading JSON on stdin):
+The lines run in a fresh Python (`python -m tpuready.runtime.port_check`, reading JSON on stdin):
 `torch.device("tpu")` parses only once PrivateUse1 is renamed "tpu", which a process can do
 once and a notebook's kernel must not do. That Python loads no device backend (no TorchTPU, no
 emulated TPU), so the answers above are the only ones it sees.
@@ -65,7 +66,7 @@ def devices_per_rank(lines: str, num_ranks: int = 4) -> dict[str, list[str]]:
     environment = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     environment.pop("TPUREADY_EMULATE_TPU", None)
     completed = subprocess.run(
-        [sys.executable, "-m", "tpuready.port_check"],
+        [sys.executable, "-m", "tpuready.runtime.port_check"],
         input=json.dumps({"lines": lines, "num_ranks": num_ranks}),
         capture_output=True,
         text=True,
@@ -165,7 +166,7 @@ def _one_rank(lines: str, host_model: str, rank: int, num_ranks: int) -> str:
     import torch
     import torch.distributed as dist
 
-    import tpuready.launch
+    import tpuready.runtime.launch
 
     host = _Host(host_model, num_ranks)
     variables = {  # as torchrun sets them, on one host
@@ -179,10 +180,12 @@ def _one_rank(lines: str, host_model: str, rank: int, num_ranks: int) -> str:
         "torch": torch,
         "dist": dist,
         "model": _Model(host),
-        "init_rank": tpuready.launch.init_rank,
-        "rank_device": tpuready.launch.rank_device,
+        "init_rank": tpuready.runtime.launch.init_rank,
+        "rank_device": tpuready.runtime.launch.rank_device,
     }
-    tpuready.launch._placement = None  # each rank is a process of its own: nothing chosen yet
+    tpuready.runtime.launch._placement = (
+        None  # each rank is a process of its own: nothing chosen yet
+    )
     try:
         # What the lines print goes to stderr: stdout carries the answer.
         with (

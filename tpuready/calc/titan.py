@@ -1,4 +1,5 @@
-"""A `tpuready.plan` plan as TorchTitan 0.3.0's command-line flags, and the flag a rejection names.
+"""A `tpuready.calc.plan` plan as TorchTitan 0.3.0's command-line flags, and the flag a rejection
+names.
 
 Taught in `notebooks/19_train_with_torchtitan.ipynb` ("Train with TorchTitan"). TorchTitan runs
 in a venv of its own (`.venv-titan`, `requirements-titan.txt`); this module does not import it.
@@ -43,7 +44,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-from tpuready.plan import AXES, Plan, PlanError
+from tpuready.calc.plan import AXES, Plan, PlanError
 from tpuready.validate import InputError, whole_number
 
 __all__ = [
@@ -96,7 +97,7 @@ def titan_degrees(mesh: Mapping[str, int], *, devices_per_chip: int = 1) -> dict
     devices = whole_number(
         "devices_per_chip",
         devices_per_chip,
-        fix="pass the chip's devices_per_chip from tpuready.hardware",
+        fix="pass the chip's devices_per_chip from tpuready.calc.hardware",
         error=TitanConfigError,
     )
     if expert > 1 and tensor > 1:
@@ -121,7 +122,9 @@ def titan_flags(plan: Plan, *, module: str, config: str) -> list[str]:
     TorchTitan's config registry `module` and its function `config` (which supplies the
     model): the map in the module docstring."""
     if not isinstance(plan, Plan):
-        raise TitanConfigError(f"plan must be a tpuready.plan.Plan, got {plan!r}: use make_plan")
+        raise TitanConfigError(
+            f"plan must be a tpuready.calc.plan.Plan, got {plan!r}: use make_plan"
+        )
     for name, value, pattern, example in (
         ("module", module, _MODULE, "qwen3_235b"),
         ("config", config, _FUNCTION, "qwen3_235b_a22b"),

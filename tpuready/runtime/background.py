@@ -3,8 +3,8 @@
 Chapter 18 drives vLLM, which lives in a venv of its own, from the book's kernel: offline
 generation as a program that runs to its end (`run_guarded`), and the OpenAI-compatible server
 as a program that runs while a `with` block does (`serve`). Both start the program under a
-guardian, a small Python process (`python -m tpuready.background`), which puts the program in a
-process group of its own and ends that whole group (the program and every process it started)
+guardian, a small Python process (`python -m tpuready.runtime.background`), which puts the program
+in a process group of its own and ends that whole group (the program and every process it started)
 when
 
 - the program's time is up,
@@ -98,7 +98,14 @@ class _Guarded:
         read_end, self._write_end = os.pipe()
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tpuready.background", str(read_end), "--", *command],
+                [
+                    sys.executable,
+                    "-m",
+                    "tpuready.runtime.background",
+                    str(read_end),
+                    "--",
+                    *command,
+                ],
                 pass_fds=(read_end,),
                 start_new_session=True,  # a Ctrl-C in a terminal does not reach the guardian
                 stdin=subprocess.DEVNULL,
@@ -244,7 +251,7 @@ def _guard(arguments: Sequence[str]) -> int:
     pipe closes or the program exits, and exit with the program's code."""
     watched_fd, separator, *program_command = arguments
     if separator != "--" or not program_command:
-        raise SystemExit("usage: python -m tpuready.background FD -- COMMAND ...")
+        raise SystemExit("usage: python -m tpuready.runtime.background FD -- COMMAND ...")
     program = subprocess.Popen(program_command, start_new_session=True)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # after the start: the program keeps SIGINT
     ended = threading.Event()

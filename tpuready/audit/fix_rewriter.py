@@ -1,7 +1,7 @@
 """The rewriter behind `--fix`: a libcst transformer that ports what the audit found, one
 node at a time, and the module-level edits (the device line, `import torch`). It changes only
 statements that hold a finding, leaves what the audit calls guarded, and records each change.
-`tpuready.fix` decides what to rewrite from the audit's findings and `RULE_TABLE`'s `fix`
+`tpuready.audit.fix` decides what to rewrite from the audit's findings and `RULE_TABLE`'s `fix`
 column, runs this, and reports what is left."""
 
 from __future__ import annotations
@@ -15,23 +15,23 @@ import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
 from tpuready.accelerator_api import CUDA_TO_ACCELERATOR
-from tpuready.audit_sources import parse_python
-from tpuready.audit_syntax import (
-    _DEVICE_FIRST_ARGUMENT as AUDIT_DEVICE_FIRST_ARGUMENT,
+from tpuready.audit.fix_facts import (
+    ModuleFacts,
+    dotted,
+    scope_kind,
+    string_value,
+    walk,
 )
-from tpuready.audit_syntax import (
-    _DEVICE_KEYWORDS as AUDIT_DEVICE_KEYWORDS,
-)
-from tpuready.audit_syntax import (
-    _RANK_LIKE_NAME,
+from tpuready.audit.sources import parse_python
+from tpuready.audit.syntax import (
     DEVICE_CHOICE,
+    RANK_LIKE_NAME,
 )
-from tpuready.fix_facts import (
-    _dotted,
-    _ModuleFacts,
-    _scope_kind,
-    _string_value,
-    _walk,
+from tpuready.audit.syntax import (
+    DEVICE_FIRST_ARGUMENT as AUDIT_DEVICE_FIRST_ARGUMENT,
+)
+from tpuready.audit.syntax import (
+    DEVICE_KEYWORDS as AUDIT_DEVICE_KEYWORDS,
 )
 
 CHOOSE_DEVICE = DEVICE_CHOICE  # the expression `--fix` writes where a device is chosen
@@ -102,7 +102,7 @@ def direct_replacements() -> dict[str, str]:
     return replacements
 
 
-_DIRECT = direct_replacements()
+DIRECT = direct_replacements()
 
 # --------------------------------------------------------------------------------------------
 # The rewriter
@@ -167,7 +167,7 @@ class StatementPositions:
 
 
 @dataclass(frozen=True)
-class _Protection:
+class Protection:
     """What the fixer must leave as it is, from the audit and the config: `lines` where every
     finding is guarded or a bare `# tpuready: ignore` stands, `rules_by_line` for
     `# tpuready: ignore[rule, ...]`, and the config's `skip` rules everywhere."""
@@ -183,13 +183,13 @@ class _Protection:
         )
 
 
-class _Rewriter(cst.CSTTransformer):
+class Rewriter(cst.CSTTransformer):
     def __init__(
         self,
-        facts: _ModuleFacts,
+        facts: ModuleFacts,
         module: cst.Module,
         guarded: frozenset[tuple[int, int]] = frozenset(),
-        protection: _Protection | None = None,
+        protection: Protection | None = None,
         ported_checks: frozenset[int] = frozenset(),
         fresh_device: str = "chosen_device",
         fresh_everywhere: bool = False,
@@ -208,7 +208,7 @@ class _Rewriter(cst.CSTTransformer):
         self.ported_checks = ported_checks
         # (line, 1-based column) of what the audit calls a CUDA check kept on purpose.
         self.guarded = guarded
-        self.protection = protection or _Protection()
+        self.protection = protection or Protection()
         self._untouched: set[int] = set()
         self.changes: list[Change] = []
         self.uses_torch = False
@@ -217,7 +217,7 @@ class _Rewriter(cst.CSTTransformer):
         self.fresh_device = fresh_device
         self.first_device_line: int | None = None
         self.device_scopes: list[str | None] = [
-            _scope_kind(None, module.body, "device" in facts.string_used)
+            scope_kind(None, module.body, "device" in facts.string_used)
         ]
         self._call_funcs: set[int] = set()
         self._inner_attributes: set[int] = set()
@@ -300,7 +300,7 @@ class _Rewriter(cst.CSTTransformer):
         return " ".join(self.module.code_for_node(node).split()).rstrip(", ")
 
     def _qualify(self, node: cst.BaseExpression) -> str | None:
-        name = _dotted(node)
+        name = dotted(node)
         if name is None:
             return None
         head, _, rest = name.partition(".")
@@ -347,7 +347,7 @@ class _Rewriter(cst.CSTTransformer):
     def _is_cuda_check(self, test: cst.BaseExpression) -> bool:
         """An explicit CUDA guard: `torch.cuda.is_available()`, `torch.cuda.device_count()`,
         or a comparison with a `"cuda..."` string, anywhere in the test."""
-        for node in _walk(test):
+        for node in walk(test):
             if isinstance(node, cst.Call) and self._qualify(node.func) in {
                 "torch.cuda.is_available",
                 "torch.cuda.device_count",
@@ -355,7 +355,7 @@ class _Rewriter(cst.CSTTransformer):
                 return True
             if isinstance(node, cst.Comparison):
                 operands = [node.left, *(target.comparator for target in node.comparisons)]
-                if any((_string_value(operand) or "").startswith("cuda") for operand in operands):
+                if any((string_value(operand) or "").startswith("cuda") for operand in operands):
                     return True
         return False
 
@@ -366,8 +366,8 @@ class _Rewriter(cst.CSTTransformer):
         return (
             isinstance(test, cst.Call)
             and self._qualify(test.func) == "torch.cuda.is_available"
-            and _string_value(node.body) in {"cuda", "cuda:0"}
-            and _string_value(node.orelse) == "cpu"
+            and string_value(node.body) in {"cuda", "cuda:0"}
+            and string_value(node.orelse) == "cpu"
         )
 
     def _device_value(
@@ -381,7 +381,7 @@ class _Rewriter(cst.CSTTransformer):
         """Rewrite a CUDA device string used as a device (or device type); report what cannot
         be rewritten; return `updated` unchanged for anything else."""
         rule = "cuda-device-string"
-        text = _string_value(original)
+        text = string_value(original)
         wanted = "device.type" if as_type else "device"
         if text == "cuda":
             self._change(original, rule, f"{self._code(original)} -> {wanted}")
@@ -396,7 +396,7 @@ class _Rewriter(cst.CSTTransformer):
             isinstance(original, cst.Call)
             and isinstance(original.func, cst.Attribute)
             and original.func.attr.value == "format"
-            and (_string_value(original.func.value) or "").startswith("cuda:")
+            and (string_value(original.func.value) or "").startswith("cuda:")
         ):
             return updated
         if isinstance(original, cst.IfExp) and isinstance(updated, cst.IfExp):
@@ -404,7 +404,7 @@ class _Rewriter(cst.CSTTransformer):
                 self._change(original, rule, f"{self._code(original)} -> {wanted}")
                 return self._device(original, as_type=as_type, outer=outer)
             if self._is_cuda_check(original.test):
-                branches = (_string_value(original.body), _string_value(original.orelse))
+                branches = (string_value(original.body), string_value(original.orelse))
                 if not any((branch or "").startswith("cuda") for branch in branches):
                     return updated  # guarded code, correct as it stands
                 return updated  # a choice of the CPU on a TPU: left, the audit reports it
@@ -484,7 +484,7 @@ class _Rewriter(cst.CSTTransformer):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         string_used = "device" in self.facts.string_used
-        self.device_scopes.append(_scope_kind(node.params, [node.body], string_used))
+        self.device_scopes.append(scope_kind(node.params, [node.body], string_used))
 
     def leave_FunctionDef(
         self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
@@ -511,7 +511,7 @@ class _Rewriter(cst.CSTTransformer):
             if (
                 name.startswith("torch.cuda.")
                 and member in NEEDS_AN_ACCELERATOR
-                and member in _DIRECT
+                and member in DIRECT
                 and (position.line, position.column + 1) not in self.guarded
             ):
                 self._statement_calls.add(id(call.func))
@@ -554,7 +554,7 @@ class _Rewriter(cst.CSTTransformer):
             ):
                 return updated  # left: the audit reports it
             return updated  # autocast and GradScaler calls are rewritten in leave_Call
-        replacement = _DIRECT.get(member)
+        replacement = DIRECT.get(member)
         if replacement is None:
             return updated  # left: no same-argument replacement
         if member == "set_device" and id(original) in self._statement_calls:
@@ -585,7 +585,7 @@ class _Rewriter(cst.CSTTransformer):
         func = original_node.func
         name = self._qualify(func)
         method = func.attr.value if isinstance(func, cst.Attribute) else None
-        last = name.rsplit(".", 1)[-1] if name else (method or _dotted(func) or "")
+        last = name.rsplit(".", 1)[-1] if name else (method or dotted(func) or "")
 
         if method == "cuda" and name != "torch.cuda":
             return self._fix_cuda_method(original_node, updated_node)
@@ -599,8 +599,8 @@ class _Rewriter(cst.CSTTransformer):
             return self._fix_torch_device(original_node, updated_node)
         if last in {"init_process_group", "new_group"}:
             updated_node = self._fix_backend(original_node, updated_node, last)
-        if name in _DEVICE_FIRST_ARGUMENT or method == "to":
-            as_type = _DEVICE_FIRST_ARGUMENT.get(name or "", False)
+        if name in DEVICE_FIRST_ARGUMENT or method == "to":
+            as_type = DEVICE_FIRST_ARGUMENT.get(name or "", False)
             updated_node = self._fix_first_argument(original_node, updated_node, as_type=as_type)
         return self._fix_keywords(original_node, updated_node)
 
@@ -675,7 +675,7 @@ class _Rewriter(cst.CSTTransformer):
         if argument.keyword is not None and argument.keyword.value != "type":
             return updated
         value = argument.value
-        if _string_value(value) == "cuda" or (  # the whole call is the device
+        if string_value(value) == "cuda" or (  # the whole call is the device
             isinstance(value, cst.IfExp) and self._is_availability_choice(value)
         ):
             self._change(original, "cuda-device-string", f"{self._code(original)} -> device")
@@ -693,8 +693,8 @@ class _Rewriter(cst.CSTTransformer):
                 keep.append(after)
                 continue
             value = before.value
-            text = _string_value(value)
-            is_nccl = (text or "").lower() == "nccl" or (_dotted(value) or "").endswith(
+            text = string_value(value)
+            is_nccl = (text or "").lower() == "nccl" or (dotted(value) or "").endswith(
                 "Backend.NCCL"
             )
             positional_after = before.keyword is None and any(
@@ -746,8 +746,8 @@ class _Rewriter(cst.CSTTransformer):
             if keyword is None or position >= len(new_arguments):
                 continue
             current = new_arguments[position]
-            if keyword in _DEVICE_KEYWORDS:
-                as_type = _DEVICE_KEYWORDS[keyword]
+            if keyword in DEVICE_KEYWORDS:
+                as_type = DEVICE_KEYWORDS[keyword]
                 if keyword == "device" and _looks_like_index(argument.value):
                     continue  # left: a device index
                 value = self._device_value(argument.value, current.value, as_type=as_type)
@@ -771,7 +771,7 @@ class _Rewriter(cst.CSTTransformer):
     def _fix_assigned(
         self, target: cst.BaseExpression, original: cst.BaseExpression, updated: cst.BaseExpression
     ) -> cst.BaseExpression:
-        target_name = _dotted(target)
+        target_name = dotted(target)
         if target_name is None:
             return updated
         last = target_name.rsplit(".", 1)[-1]
@@ -787,7 +787,7 @@ class _Rewriter(cst.CSTTransformer):
         """`device = "cuda"` (or the availability choice, or `torch.device("cuda")`) becomes
         the device choice itself: `device = device` would name what it defines."""
         choose = f"({CHOOSE_DEVICE}).type" if string_used else CHOOSE_DEVICE
-        if _string_value(original) == "cuda" or (
+        if string_value(original) == "cuda" or (
             isinstance(original, cst.IfExp) and self._is_availability_choice(original)
         ):
             self._change(original, "cuda-device-string", f"{self._code(original)} -> {choose}")
@@ -795,8 +795,8 @@ class _Rewriter(cst.CSTTransformer):
         if isinstance(updated, cst.Name) and updated.value == "device":
             return self._torch(choose)  # torch.device("cuda"), already counted as a change
         if isinstance(original, cst.IfExp | cst.BooleanOperation) and any(
-            (_string_value(node) or "").startswith("cuda")
-            for node in _walk(original)
+            (string_value(node) or "").startswith("cuda")
+            for node in walk(original)
             if isinstance(node, cst.SimpleString)
         ):
             return updated  # left: a choice between CUDA and another device
@@ -835,11 +835,11 @@ class _Rewriter(cst.CSTTransformer):
     def leave_DictElement(
         self, original_node: cst.DictElement, updated_node: cst.DictElement
     ) -> cst.DictElement:
-        key = _string_value(original_node.key)
-        if key not in _DEVICE_KEYWORDS:
+        key = string_value(original_node.key)
+        if key not in DEVICE_KEYWORDS:
             return updated_node
         value = self._device_value(
-            original_node.value, updated_node.value, as_type=_DEVICE_KEYWORDS[key]
+            original_node.value, updated_node.value, as_type=DEVICE_KEYWORDS[key]
         )
         return updated_node.with_changes(value=value)
 
@@ -849,8 +849,8 @@ class _Rewriter(cst.CSTTransformer):
 # Not taken from them: argparse's `default=` (`_fix_keywords` keeps it a string, and leaves it
 # beside `choices`) and `pin_memory_device=`, which torch 2.13 ignores with a deprecation
 # warning (it pins for the current accelerator): left and reported, to be dropped.
-_DEVICE_FIRST_ARGUMENT = AUDIT_DEVICE_FIRST_ARGUMENT
-_DEVICE_KEYWORDS = {
+DEVICE_FIRST_ARGUMENT = AUDIT_DEVICE_FIRST_ARGUMENT
+DEVICE_KEYWORDS = {
     keyword: as_type
     for keyword, as_type in AUDIT_DEVICE_KEYWORDS.items()
     if keyword not in {"default", "pin_memory_device"}
@@ -891,23 +891,23 @@ def _looks_like_index(node: cst.BaseExpression) -> bool:
     """An integer literal, `int(...)`, or a name such as `local_rank`: a device index."""
     if isinstance(node, cst.Integer):
         return True
-    if isinstance(node, cst.Call) and _dotted(node.func) == "int":
+    if isinstance(node, cst.Call) and dotted(node.func) == "int":
         return True
-    name = _dotted(node)
-    return name is not None and _RANK_LIKE_NAME.search(name.rsplit(".", 1)[-1]) is not None
+    name = dotted(node)
+    return name is not None and RANK_LIKE_NAME.search(name.rsplit(".", 1)[-1]) is not None
 
 
 # --------------------------------------------------------------------------------------------
 # The module: insert `device = ...` (and `import torch`) after the imports
 
 
-def _is_import_line(statement: cst.CSTNode) -> bool:
+def is_import_line(statement: cst.CSTNode) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and all(
         isinstance(small, cst.Import | cst.ImportFrom) for small in statement.body
     )
 
 
-def _insertion_index(
+def insertion_index(
     module: cst.Module,
     first_use_line: int | None,
     position_of: Callable[[cst.CSTNode], CodeRange],
@@ -919,7 +919,7 @@ def _insertion_index(
     for position, statement in enumerate(body):
         if isinstance(statement, cst.FunctionDef | cst.ClassDef):
             break
-        if _is_import_line(statement):
+        if is_import_line(statement):
             index = position + 1
         elif position == 0 and isinstance(statement, cst.SimpleStatementLine):
             small = statement.body[0]

@@ -1,6 +1,6 @@
 """The audit's walker: what a whole file tells every rule (imports, aliases, names that carry
 a backend or a device type), and one pass over each tree that judges CUDA guards by what
-their other branch does and runs each rule of `tpuready.audit_rules.RULE_TABLE` on the node
+their other branch does and runs each rule of `tpuready.audit.rules.RULE_TABLE` on the node
 types it looks at. Public entry points live in `tpuready.audit`."""
 
 from __future__ import annotations
@@ -8,39 +8,37 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpuready.accelerator_api import equivalent_for
-from tpuready.audit_rules import (
-    _CHECKS_BY_NODE_TYPE,
-    RULE_BY_ID,
-)
-from tpuready.audit_syntax import (
-    _CUDA_FLAG_NAME,
-    _CUDA_IDENTITY_PROBES,
-    _CUDA_PROBES,
-    _CUDA_TENSOR_TYPE,
-    _DEVICE_WORDS,
-    _FALLBACKS,
-    _PROBE_ADVICE,
-    _TEST_SKIP_DECORATORS,
+from tpuready.audit.syntax import (
     CHOOSE_DEVICE,
+    CUDA_FLAG_NAME,
+    CUDA_IDENTITY_PROBES,
+    CUDA_PROBES,
+    CUDA_TENSOR_TYPE,
+    DEVICE_WORDS,
+    FALLBACKS,
     GUARDED,
     MUST_CHANGE,
     OFF_CUDA_BRANCH,
     ONE_DEVICE_PER_PROCESS,
     PICKS_FLOAT16,
+    PROBE_ADVICE,
+    TEST_SKIP_DECORATORS,
     Finding,
-    _cuda_index,
-    _device_choice,
-    _dotted_parts,
-    _is_cuda_device_text,
-    _last_name,
-    _rank_of_device_text,
-    _shown,
-    _string_value,
+    Rule,
+    code_of,
+    device_choice,
+    dotted_parts,
+    index_in_device_text,
+    is_cuda_device_text,
+    last_name,
     per_rank_advice,
+    rank_of_device_text,
+    string_value,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -80,7 +78,7 @@ _DEVICE_WORD = re.compile(r"device|cuda|accelerator|tpu", re.IGNORECASE)
 
 
 @dataclass
-class _FileFacts:
+class FileFacts:
     aliases: dict[str, str]
     compiles: bool
     trees: Sequence[ast.AST]
@@ -88,7 +86,7 @@ class _FileFacts:
     device_module_names: set[str] = field(default_factory=set)  # `dm = torch.get_device_module()`
     device_type_names: set[str] = field(default_factory=set)
     _names_a_device: bool | None = None
-    ported_flags: frozenset[str] | None = None  # filled by _Auditor.ported_flags
+    ported_flags: frozenset[str] | None = None  # filled by Auditor.ported_flags
     _falls_through_to: dict[int, list[ast.stmt]] | None = None
     _optional_imports: set[int] | None = None
 
@@ -104,8 +102,7 @@ class _FileFacts:
                     if not isinstance(statement, ast.Try) or not any(
                         (
                             handler.type is None
-                            or {_last_name(kind) for kind in _handled_types(handler.type)}
-                            & catching
+                            or {last_name(kind) for kind in _handled_types(handler.type)} & catching
                         )
                         and not _ends_the_program(handler.body[-1])
                         for handler in statement.handlers
@@ -158,7 +155,7 @@ def _ends_the_program(statement: ast.stmt) -> bool:
     return (
         isinstance(statement, ast.Expr)
         and isinstance(statement.value, ast.Call)
-        and _last_name(statement.value.func) in {"exit", "quit", "_exit"}
+        and last_name(statement.value.func) in {"exit", "quit", "_exit"}
     )
 
 
@@ -174,7 +171,7 @@ def _node_word(node: ast.AST) -> str:
     if isinstance(node, ast.keyword):
         return node.arg or ""
     if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 12:
-        return node.value if node.value.split(":")[0] in _DEVICE_WORDS - {"cpu", "meta"} else ""
+        return node.value if node.value.split(":")[0] in DEVICE_WORDS - {"cpu", "meta"} else ""
     return ""
 
 
@@ -190,7 +187,7 @@ def _statements(tree: ast.AST) -> Iterable[ast.AST]:
                 pending.extend(children)
 
 
-def _collect_facts(trees: Sequence[ast.AST], source: str) -> _FileFacts:
+def collect_facts(trees: Sequence[ast.AST], source: str) -> FileFacts:
     """Imports (and `name = torch.cuda` aliases) anywhere, whether the file compiles, whether
     it names a device, and names that carry a backend or a device type to where it is used."""
     aliases = {"torch": "torch"}
@@ -216,12 +213,12 @@ def _collect_facts(trees: Sequence[ast.AST], source: str) -> _FileFacts:
             ):
                 module_aliases.append((node.targets[0].id, node.value))
     for local, value in module_aliases:
-        parts = _dotted_parts(value)
+        parts = dotted_parts(value)
         if parts and parts[0] in aliases:
             full = ".".join([aliases[parts[0]], *parts[1:]])
             if full == "torch.cuda":
                 aliases[local] = full
-    facts = _FileFacts(
+    facts = FileFacts(
         aliases=aliases,
         compiles=any(
             _word_starts(source, match.start()) for match in _COMPILE_CALL.finditer(source)
@@ -304,7 +301,7 @@ _OTHER_DEVICE_PROBES = frozenset(
     {"torch.backends.mps.is_available", "torch.mps.is_available", "torch.xpu.is_available"}
 )
 # The advice for a CUDA probe whose other branch picks float16: on a TPU it would pick float16
-# too. `--fix` leaves the probes that get this advice (tpuready.fix reads it from here).
+# too. `--fix` leaves the probes that get this advice (tpuready.audit.fix reads it from here).
 BFLOAT16_OFF_CUDA = (
     'bfloat16 wherever device.type != "cuda": write `device.type != "cuda" or '
     "torch.cuda.is_bf16_supported()` (TPUs and CPUs compute in bfloat16; only a GPU older "
@@ -323,7 +320,7 @@ def _places_work(node: ast.AST, *, on_cuda: bool) -> bool:
     return node.func.attr == "to" and (
         not on_cuda
         or any(
-            _is_cuda_device_text(value) or "device" in _last_name(value).lower()
+            is_cuda_device_text(value) or "device" in last_name(value).lower()
             for value in node.args
         )
     )
@@ -346,8 +343,8 @@ def _is_device_count_call(node: ast.AST) -> bool:
     """`torch.cuda.device_count()` (or `cuda.device_count()` after `from torch import cuda`)."""
     return (
         isinstance(node, ast.Call)
-        and _last_name(node.func) == "device_count"
-        and "cuda" in (_dotted_parts(node.func) or ())
+        and last_name(node.func) == "device_count"
+        and "cuda" in (dotted_parts(node.func) or ())
     )
 
 
@@ -384,12 +381,12 @@ _STAYS_CUDA_ONLY = frozenset(
 )
 
 
-def _stays_cuda_only(audit: _Auditor, node: ast.AST) -> bool:
+def _stays_cuda_only(audit: Auditor, node: ast.AST) -> bool:
     """A node that is CUDA-specific whatever a port does: such a `torch.cuda` member, or one
     the table has no entry for. (A rank's index, `.cuda(args.gpu)`, is a tie to port.)"""
     if isinstance(node, ast.Attribute):
         name = audit.qualify(node) or ""
-        if name.startswith("torch.cuda.") and not _CUDA_TENSOR_TYPE.fullmatch(name):
+        if name.startswith("torch.cuda.") and not CUDA_TENSOR_TYPE.fullmatch(name):
             member = name.removeprefix("torch.cuda.").split(".")[0]
             return member in _STAYS_CUDA_ONLY or (
                 member != "amp" and equivalent_for(member) is None
@@ -403,7 +400,7 @@ def _device_values(nodes: Iterable[ast.AST]) -> list[ast.AST]:
     values: list[ast.AST] = []
     for node in nodes:
         if isinstance(node, ast.Call):
-            last = _last_name(node.func)
+            last = last_name(node.func)
             if last in {"to", "device"}:
                 values += node.args[:1]
             values += [k.value for k in node.keywords if k.arg in {"device", "device_type"}]
@@ -416,7 +413,7 @@ def _fallback_flags(fallback: int | None) -> int:
     return 0 if fallback is None else (fallback + 1) << _FALLBACK_SHIFT
 
 
-class _Auditor:
+class Auditor:
     """Walks one parsed module or cell and collects findings; each node reports once.
 
     A stack instead of recursion (a generated `a + b + ...` of 600 terms is deeper than
@@ -424,7 +421,18 @@ class _Auditor:
     call can silence the names inside it.
     """
 
-    def __init__(self, facts: _FileFacts, path: str, cell: int | None, lines: list[str] | None):
+    def __init__(
+        self,
+        facts: FileFacts,
+        path: str,
+        cell: int | None,
+        lines: list[str] | None,
+        *,
+        rules: Mapping[str, Rule],
+        checks: Mapping[type, tuple[Callable[[Any, Any], None], ...]],
+    ):
+        self.rules = rules  # by id: `tpuready.audit.rules.RULE_BY_ID`
+        self.checks = checks  # by syntax node type: `tpuready.audit.rules.CHECKS_BY_NODE_TYPE`
         self.facts = facts
         self.aliases = facts.aliases
         self.path = path
@@ -453,12 +461,12 @@ class _Auditor:
                         continue
                     if not any(
                         isinstance(inner, ast.Name | ast.Attribute)
-                        and self.qualify(inner) in _CUDA_PROBES
+                        and self.qualify(inner) in CUDA_PROBES
                         for inner in ast.walk(node.value)
                     ):
                         continue
                     names |= {
-                        _last_name(target)
+                        last_name(target)
                         for target in node.targets
                         if isinstance(target, ast.Name | ast.Attribute)
                     }
@@ -469,7 +477,7 @@ class _Auditor:
         """Check every node of `tree`. `trigger_lines`: the lines that hold a trigger word,
         ascending; a statement whose lines hold none is skipped whole, since every finding
         needs one."""
-        checks = _CHECKS_BY_NODE_TYPE
+        checks = self.checks
         pending: list[tuple[ast.AST, int]] = [(tree, 0)]
         while pending:
             node, flags = pending.pop()
@@ -551,7 +559,7 @@ class _Auditor:
 
     def qualify(self, node: ast.AST) -> str | None:
         """Full dotted name of a name or attribute chain whose head was imported."""
-        parts = _dotted_parts(node)
+        parts = dotted_parts(node)
         if parts is None:
             return None
         head = self.aliases.get(parts[0])
@@ -585,7 +593,7 @@ class _Auditor:
             return None
         if isinstance(node, ast.Compare) and len(node.ops) == 1:
             sides = (node.left, node.comparators[0])
-            if any(_string_value(side) in ("cuda", "cuda:0") for side in sides):
+            if any(string_value(side) in ("cuda", "cuda:0") for side in sides):
                 if isinstance(node.ops[0], ast.Eq | ast.In | ast.Is):
                     return True
                 if isinstance(node.ops[0], ast.NotEq | ast.NotIn | ast.IsNot):
@@ -596,7 +604,7 @@ class _Auditor:
             and isinstance(node.func, ast.Attribute)
             and node.func.attr == "startswith"
             and node.args
-            and _string_value(node.args[0]) == "cuda"
+            and string_value(node.args[0]) == "cuda"
         ):
             return True
         return True if self._is_probe(node) else None
@@ -613,12 +621,12 @@ class _Auditor:
         if isinstance(node, ast.BoolOp):  # `and`, or `not available or capability < 9`
             reads_identity = any(
                 isinstance(inner, ast.Name | ast.Attribute)
-                and self.qualify(inner) in _CUDA_IDENTITY_PROBES
+                and self.qualify(inner) in CUDA_IDENTITY_PROBES
                 for value in node.values
                 for inner in ast.walk(value)
             )
             return list(node.values) if reads_identity else None
-        if isinstance(node, ast.Call) and self.qualify(node.func) in _TEST_SKIP_DECORATORS:
+        if isinstance(node, ast.Call) and self.qualify(node.func) in TEST_SKIP_DECORATORS:
             # The probe is the first argument or the `condition=` keyword (a child node).
             keyword = next((k for k in node.keywords if k.arg == "condition"), None)
             child = node.args[0] if node.args else keyword
@@ -635,8 +643,8 @@ class _Auditor:
             test = test.operand
         flag_only = (
             isinstance(test, ast.Name | ast.Attribute)
-            and self.qualify(test) not in _CUDA_PROBES
-            and _CUDA_FLAG_NAME.search(_last_name(test)) is not None
+            and self.qualify(test) not in CUDA_PROBES
+            and CUDA_FLAG_NAME.search(last_name(test)) is not None
         )
         if not flag_only:
             return (flags | _GUARDED_FLAG) & ~_FLAG_GUARD_FLAG
@@ -652,10 +660,10 @@ class _Auditor:
         if not isinstance(node, ast.Name | ast.Attribute):
             return False
         name = self.qualify(node)
-        if name in _CUDA_PROBES:
+        if name in CUDA_PROBES:
             return True
-        flag = _last_name(node)
-        return _CUDA_FLAG_NAME.search(flag) is not None and flag not in self.ported_flags
+        flag = last_name(node)
+        return CUDA_FLAG_NAME.search(flag) is not None and flag not in self.ported_flags
 
     def asks_for_several_cuda_gpus(self, node: ast.Compare) -> bool:
         """`torch.cuda.device_count() > 1` (or `>= 2`, `== 2`, `< 2`): wrong on a TPU host."""
@@ -721,21 +729,21 @@ class _Auditor:
             if (
                 isinstance(statement, ast.Assign | ast.Return)
                 and statement.value is not None
-                and _device_choice(statement.value)
+                and device_choice(statement.value)
             ):
                 return None
             if isinstance(statement, ast.Assign | ast.AnnAssign) and self.counts_cuda_gpus(
                 statement.value
             ):
                 return None  # `n_gpus = torch.cuda.device_count()`: a TPU host never counts
-        if isinstance(chosen, ast.AST) and _is_cuda_device_text(chosen):
+        if isinstance(chosen, ast.AST) and is_cuda_device_text(chosen):
             return None
         if self.fallback_of(node, polarity) is not None:
             return None
         return polarity
 
     def fallback_of(self, node: ast.If | ast.IfExp, polarity: bool | None = None) -> int | None:
-        """Which of `_FALLBACKS` the branch taken off CUDA takes, or None: the CPU (a `"cpu"`
+        """Which of `FALLBACKS` the branch taken off CUDA takes, or None: the CPU (a `"cpu"`
         device, `.cpu()`, a CPU tensor type), an exit (`raise`, `sys.exit`), or float16. A TPU
         would take that branch, so the CUDA check must be ported, not kept."""
         if polarity is None:
@@ -761,7 +769,7 @@ class _Auditor:
         reachable, direct = found
         cpu_devices = {id(value) for value in _device_values(reachable)}
         for inner in reachable:
-            if id(inner) in cpu_devices and _string_value(inner) == "cpu":
+            if id(inner) in cpu_devices and string_value(inner) == "cpu":
                 return 0
             if isinstance(inner, ast.Name | ast.Attribute):
                 name = self.qualify(inner)
@@ -769,7 +777,7 @@ class _Auditor:
                     return 0
                 if name in _FLOAT16_NAMES:
                     return 2
-            if _string_value(inner) in {"float16", "fp16", "half"}:
+            if string_value(inner) in {"float16", "fp16", "half"}:
                 return 2
         for statement in direct:  # an exit the branch itself makes, not one under a decision
             call = statement.value if isinstance(statement, ast.Expr) else None
@@ -839,12 +847,12 @@ class _Auditor:
             if "orelse" in parts:
                 return "orelse"
         for node in ast.walk(test):
-            text = _string_value(node)
+            text = string_value(node)
             if text is not None and text.split(":")[0] in _TPU_DEVICE_TYPES:
                 return "handled"
         if isinstance(test, ast.Compare) and len(test.ops) == 1:
             for side in (test.left, test.comparators[0]):
-                if (_string_value(side) or "").split(":")[0] in _OTHER_DEVICE_TYPES:
+                if (string_value(side) or "").split(":")[0] in _OTHER_DEVICE_TYPES:
                     if isinstance(test.ops[0], ast.Eq | ast.In | ast.Is):
                         return "orelse"
                     if isinstance(test.ops[0], ast.NotEq | ast.NotIn | ast.IsNot):
@@ -885,18 +893,18 @@ class _Auditor:
         if id(node) in self._reported:
             return
         self._reported.add(id(node))
-        entry = RULE_BY_ID[rule]
+        entry = self.rules[rule]
         severity = severity or entry.severity
         suggestion = suggestion or entry.advice
         fallback = self.flags >> _FALLBACK_SHIFT
         if severity == MUST_CHANGE and fallback and off_cuda is None:
-            off_cuda = _FALLBACKS[fallback - 1]
+            off_cuda = FALLBACKS[fallback - 1]
             message += f" ({OFF_CUDA_BRANCH} {off_cuda}: a TPU would take it)"
             if rule == "torch-cuda-call" and off_cuda == PICKS_FLOAT16:
                 suggestion = BFLOAT16_OFF_CUDA
         if severity == MUST_CHANGE and not even_in_guard:
             if self.flags & _GUARD_TEST_FLAG:
-                severity, suggestion = GUARDED, _PROBE_ADVICE
+                severity, suggestion = GUARDED, PROBE_ADVICE
                 message += " (a CUDA guard)"
             elif self.flags & _GUARDED_FLAG:
                 severity = GUARDED
@@ -938,13 +946,13 @@ class _Auditor:
         if isinstance(node, ast.IfExp):
             polarity = self.is_cuda_test(node.test)
             chosen = node.body if polarity else node.orelse
-            if polarity is not None and _is_cuda_device_text(chosen):
+            if polarity is not None and is_cuda_device_text(chosen):
                 # `"cuda" if torch.cuda.is_available() else "cpu"`: one finding, the choice.
                 target = "device.type" if as_type else "device"
                 self.report(
                     "cuda-device-string",
                     node,
-                    f"`{_shown(node)}` chooses a CUDA GPU or the CPU, never a TPU",
+                    f"`{code_of(node)}` chooses a CUDA GPU or the CPU, never a TPU",
                     f"{target}, where {CHOOSE_DEVICE}",
                 )
                 self.silence(node)
@@ -956,26 +964,26 @@ class _Auditor:
             for value in node.values:
                 self.check_device_value(value, as_type=as_type)
             return
-        if not _is_cuda_device_text(node):
-            rank = _rank_of_device_text(node)
+        if not is_cuda_device_text(node):
+            rank = rank_of_device_text(node)
             if rank is not None:  # f"{device_type}:{local_rank}": the accelerator style
                 self.report(
                     "set-device-index",
                     node,
-                    f"`{_shown(node)}` names the device at the rank's own index; "
+                    f"`{code_of(node)}` names the device at the rank's own index; "
                     f"{ONE_DEVICE_PER_PROCESS}",
                     per_rank_advice(rank),
                     per_rank=True,
                 )
             return
-        shown = _shown(node)
-        index = _cuda_index(node)
+        shown = code_of(node)
+        index = index_in_device_text(node)
         message = f"{shown} names a CUDA GPU only"
         target = "device.type" if as_type else "device"
         suggestion = f"{target}, where {CHOOSE_DEVICE}"
         if index is not None:
             message += f"; {ONE_DEVICE_PER_PROCESS}"
-            index_text = index if isinstance(index, str) else _shown(index, 30)
+            index_text = index if isinstance(index, str) else code_of(index, 30)
             if not as_type and index_text != "0":
                 suggestion = (
                     per_rank_advice(index_text)

@@ -4,7 +4,7 @@ Taught in `notebooks/09_planning_8192_chips.ipynb` ("Plan a run on 8,192 chips")
 
 A plan takes a mixture-of-experts transformer (`ModelConfig`, built from a transformers config
 with `ModelConfig.from_transformers`), a mesh (axis sizes by name, from `AXES`), a chip from
-`tpuready.hardware`, a global batch and a sequence length. The layout it assumes:
+`tpuready.calc.hardware`, a global batch and a sequence length. The layout it assumes:
 
 - `data` replicates the weights (HSDP's replicate axis); gradients are all-reduced over it.
 - `fsdp` shards every weight; `expert` shards the experts and, FSDP-style, every other weight.
@@ -34,13 +34,14 @@ The collectives of a step: FSDP all-gathers (bf16, forward and backward) and a r
 (fp32) on the sharding axes, an fp32 all-reduce on `data`, two all-reduces per layer forward and
 two backward on `tensor`, and two all-to-alls per layer forward and two backward on `expert`
 (balanced routing). Recomputation repeats the forward collectives on `tensor` and `expert`.
-`ici_bytes` is what one chip receives per axis (ring algorithms, `tpuready.ici.bytes_received`);
-`ici_seconds` prices each collective on the axis's place in the slice (`tpuready.ici`: the mesh
-laid on a torus of `slice_shape`, last axis on the last dimension, per-link bandwidth, an
-all-to-all priced by its busiest link, the first axis over the data-centre network when
-`slices` > 1). Axes are charged one after another (their collectives run at different points of
-the step). The roofline step time is the largest of compute at peak bf16, HBM traffic at full
-bandwidth and the ICI time: it assumes perfect overlap of the three, so it is a lower bound.
+`ici_bytes` is what one chip receives per axis (ring algorithms,
+`tpuready.calc.ici.bytes_received`); `ici_seconds` prices each collective on the axis's place in the
+slice (`tpuready.calc.ici`: the mesh laid on a torus of `slice_shape`, last axis on the last
+dimension, per-link bandwidth, an all-to-all priced by its busiest link, the first axis over the
+data-centre network when `slices` > 1). Axes are charged one after another (their collectives run at
+different points of the step). The roofline step time is the largest of compute at peak bf16, HBM
+traffic at full bandwidth and the ICI time: it assumes perfect overlap of the three, so it is a
+lower bound.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuready.hardware import Chip, as_chip
-from tpuready.ici import (
+from tpuready.calc.hardware import Chip, as_chip
+from tpuready.calc.ici import (
     AxisLayout,
     IciModelError,
     bytes_received,
@@ -438,8 +439,8 @@ def make_plan(
 ) -> Plan:
     """Per-chip memory, ICI bytes and seconds per mesh axis and a roofline step time for one
     training step of `global_batch` sequences of `seq_len` tokens, on `slices` slices of
-    `slice_shape` chips (default: `tpuready.ici.default_slice_shape`), the mesh laid on them by
-    `tpuready.ici.layout_mesh` (`axis_shapes` as there; models: the module docstring)."""
+    `slice_shape` chips (default: `tpuready.calc.ici.default_slice_shape`), the mesh laid on them by
+    `tpuready.calc.ici.layout_mesh` (`axis_shapes` as there; models: the module docstring)."""
     chip = as_chip(chip, error=PlanError)
     num_chips = whole_number(
         "num_chips", num_chips, fix="pass the world size, such as 8192", error=PlanError

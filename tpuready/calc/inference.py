@@ -19,7 +19,7 @@ The model follows the Scaling Book's inference chapter ("All About Transformer I
   in expectation (an assumption: real routers are not uniform).
 - Weights and the KV cache are split evenly over `chips` (tensor or expert parallel); the
   communication between them is left out, so the times are lower bounds, as every roofline here.
-  Memory keeps `HBM_HEADROOM` (10 %) free, as `tpuready.plan` does.
+  Memory keeps `HBM_HEADROOM` (10 %) free, as `tpuready.calc.plan` does.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tpuready.hardware import Chip, as_chip
-from tpuready.plan import HBM_HEADROOM, ModelConfig, checked_hbm_headroom
+from tpuready.calc.hardware import Chip, as_chip
+from tpuready.calc.plan import HBM_HEADROOM, ModelConfig, checked_hbm_headroom
 from tpuready.validate import InputError, number, whole_number
 
 __all__ = [

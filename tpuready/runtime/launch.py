@@ -12,7 +12,7 @@ Each rank's backend and device come from one place, `choose_rank_placement`, use
 - a TPU (TorchTPU): `tpu_dist`, every rank on `tpu:0`, as TorchTPU shows each process its
   one device; the launch variables TorchTPU needs are set in the caller first
   (`prepare_launch_environment`), and a host runs only the rank counts of its generation
-  (`TPU_RANKS_PER_HOST`; `smallest_world_size` picks a count it runs);
+  (`tpuready.calc.hardware.TPU_RANKS_PER_HOST`; `smallest_world_size` picks a count it runs);
 - the book's emulated multi-device host (`TPUREADY_EMULATE_TPU=multi-device`, CUDA's host
   model with the device type `tpu`): one device per rank, as for CUDA below;
 - another accelerator: its default backend in torch.distributed (xccl for XPU) with one
@@ -101,7 +101,6 @@ if TYPE_CHECKING:  # torch is imported where it is used: in a rank, after its ou
     import torch
 
 __all__ = [
-    "TPU_RANKS_PER_HOST",
     "RankPlacement",
     "WorkerCrashedError",
     "WorkersTimedOutError",
@@ -113,17 +112,6 @@ __all__ = [
     "run_workers",
     "smallest_world_size",
 ]
-
-# How many ranks (one per device) TorchTPU 0.2.0 starts on one host of each TPU generation;
-# any other count fails with "No TPU topology found for count: N" (TorchTPU's topology table,
-# shared/reference/torchtpu-0.2.0.md). A v7 chip is two devices, one per TensorCore.
-TPU_RANKS_PER_HOST: dict[str, tuple[int, ...]] = {
-    "v4": (1, 2, 4, 8),
-    "v5p": (1, 2, 4, 8),
-    "v5e": (1, 4, 8),
-    "v6e": (1, 4, 8),
-    "v7": (2, 4, 8),
-}
 
 LOOPBACK_ADDRESS = "127.0.0.1"
 LOG_TAIL_LINES = 20
@@ -199,11 +187,11 @@ def _one_device_per_process(accelerator: torch.device) -> bool:
 
 def allowed_rank_counts() -> tuple[int, ...] | None:
     """The rank counts TorchTPU starts on one host of this machine's TPU generation
-    (`TPU_RANKS_PER_HOST`); None where any count goes (a CPU, a GPU) or the generation is not
-    in the table (a TPU the book does not know: TorchTPU itself then says what it allows)."""
+    (`hardware.TPU_RANKS_PER_HOST`); None where any count goes (a CPU, a GPU) or the generation is
+    not in the table (a TPU the book does not know: TorchTPU itself then says what it allows)."""
     import torch
 
-    from tpuready import hardware
+    from tpuready.calc import hardware
     from tpuready.emulator import emulated_host
 
     accelerator = torch.accelerator.current_accelerator(check_available=True)
@@ -211,12 +199,12 @@ def allowed_rank_counts() -> tuple[int, ...] | None:
         return None
     host = emulated_host()
     if host is not None:
-        return TPU_RANKS_PER_HOST[host.generation or ""]
+        return hardware.TPU_RANKS_PER_HOST[host.generation or ""]
     try:
         chip = hardware.chip_for_device_name("tpu", torch.tpu.get_device_name())
     except hardware.NoPeakFigureError:
         return None
-    return TPU_RANKS_PER_HOST.get(chip.name.removeprefix("TPU "))
+    return hardware.TPU_RANKS_PER_HOST.get(chip.name.removeprefix("TPU "))
 
 
 def smallest_world_size(at_least: int = 1) -> int:
@@ -305,7 +293,7 @@ def _read_environment_count(name: str, minimum: int) -> int:
     if value is None:
         raise RuntimeError(
             f"{name} is not set: start this process with torchrun (which sets LOCAL_RANK and "
-            "LOCAL_WORLD_SIZE) or through tpuready.launch.run_workers"
+            "LOCAL_WORLD_SIZE) or through tpuready.runtime.launch.run_workers"
         )
     try:
         return _check_count(name, int(value), minimum)
@@ -355,7 +343,7 @@ def rank_device() -> torch.device:
     if _placement is None:
         raise RuntimeError(
             "rank_device() is called before init_rank(): join the group with "
-            "tpuready.launch.init_rank() (run_workers does it in each rank) first"
+            "tpuready.runtime.launch.init_rank() (run_workers does it in each rank) first"
         )
     return _placement.device
 

@@ -1,7 +1,7 @@
 """What the fixer reads of a module before it rewrites anything: its imports (the aliases of
 `torch` and friends), the names it uses as strings, and where and how a scope binds `device`
 (the choice, a caller's device, or something else the rewrites must not capture). Part of
-`tpuready.fix`; the rewriter (`tpuready.fix_rewriter`) asks these questions."""
+`tpuready.audit.fix`; the rewriter (`tpuready.audit.fix_rewriter`) asks these questions."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from collections.abc import Iterator, Sequence
 
 import libcst as cst
 
-from tpuready.audit_sources import parse_python
-from tpuready.audit_syntax import (
-    _dotted_parts,
+from tpuready.audit.sources import parse_python
+from tpuready.audit.syntax import (
+    dotted_parts,
 )
 
 
-def _dotted(node: cst.BaseExpression) -> str | None:
+def dotted(node: cst.BaseExpression) -> str | None:
     """`a.b.c` for a Name or Attribute chain, else None."""
     parts: list[str] = []
     while isinstance(node, cst.Attribute):
@@ -28,7 +28,7 @@ def _dotted(node: cst.BaseExpression) -> str | None:
     return ".".join(reversed(parts))
 
 
-def _string_value(node: cst.CSTNode) -> str | None:
+def string_value(node: cst.CSTNode) -> str | None:
     """The value of a plain string literal (no f-string), else None."""
     if isinstance(node, cst.SimpleString | cst.ConcatenatedString):
         value = node.evaluated_value
@@ -36,7 +36,7 @@ def _string_value(node: cst.CSTNode) -> str | None:
     return None
 
 
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """Every node under `node`, itself included (iterative: deep expressions do not recurse)."""
     pending = [node]
     while pending:
@@ -45,7 +45,7 @@ def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         pending.extend(current.children)
 
 
-class _ModuleFacts(cst.CSTVisitor):
+class ModuleFacts(cst.CSTVisitor):
     """What the fixer needs to know before rewriting: imports, and names used as strings."""
 
     def __init__(self) -> None:
@@ -55,7 +55,7 @@ class _ModuleFacts(cst.CSTVisitor):
 
     def visit_Import(self, node: cst.Import) -> bool:
         for alias in node.names:
-            full = _dotted(alias.name) or ""
+            full = dotted(alias.name) or ""
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
                 self.aliases[alias.asname.name.value] = full
             else:
@@ -66,11 +66,11 @@ class _ModuleFacts(cst.CSTVisitor):
         return False
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        module = _dotted(node.module) if node.module is not None else None
+        module = dotted(node.module) if node.module is not None else None
         if module is None or node.relative or isinstance(node.names, cst.ImportStar):
             return False
         for alias in node.names:
-            name = _dotted(alias.name) or ""
+            name = dotted(alias.name) or ""
             local = name
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
                 local = alias.asname.name.value
@@ -81,28 +81,28 @@ class _ModuleFacts(cst.CSTVisitor):
         operands = [node.left, *(target.comparator for target in node.comparisons)]
         if any(isinstance(operand, cst.SimpleString | cst.FormattedString) for operand in operands):
             for operand in operands:
-                name = _dotted(operand)
+                name = dotted(operand)
                 if name is not None:
                     self.string_used.add(name)
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
         for operand in (node.left, node.right):
-            name = _dotted(operand)
+            name = dotted(operand)
             if name is not None:
                 self.string_used.add(name)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         # `name.startswith(...)`, `name.split(":")`: a string method on the name.
         if node.attr.value not in {"type", "index"}:
-            name = _dotted(node.value)
+            name = dotted(node.value)
             if name is not None and not name.startswith("torch"):
                 self.string_used.add(name)
 
 
-def _module_facts(source: str, module: cst.Module) -> _ModuleFacts:
-    """`_ModuleFacts` of `source`, read from Python's own syntax tree (several times faster
+def module_facts(source: str, module: cst.Module) -> ModuleFacts:
+    """`ModuleFacts` of `source`, read from Python's own syntax tree (several times faster
     than a libcst pass); from `module` where `ast` refuses the text."""
-    facts = _ModuleFacts()
+    facts = ModuleFacts()
     try:
         tree = parse_python(source)  # its warnings silenced
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -145,7 +145,7 @@ def _is_text_literal(node: ast.AST) -> bool:
 
 
 def _ast_dotted(node: ast.AST) -> str | None:
-    parts = _dotted_parts(node)
+    parts = dotted_parts(node)
     return ".".join(parts) if parts is not None else None
 
 
@@ -153,7 +153,7 @@ def _ast_dotted_names(nodes: Sequence[ast.AST]) -> list[str]:
     return [name for node in nodes if (name := _ast_dotted(node)) is not None]
 
 
-def _binds_device(statements: Sequence[cst.CSTNode]) -> bool:
+def binds_device(statements: Sequence[cst.CSTNode]) -> bool:
     """True when these statements (not nested functions or classes) assign `device`."""
     return bool(_device_values(statements))
 
@@ -172,10 +172,10 @@ def _device_values(statements: Sequence[cst.CSTNode]) -> list[cst.BaseExpression
             pending.extend(node.body)
             continue
         if isinstance(node, cst.Assign):
-            if any(_dotted(target.target) == "device" for target in node.targets):
+            if any(dotted(target.target) == "device" for target in node.targets):
                 values.append(node.value)
         elif isinstance(node, cst.AnnAssign | cst.AugAssign):
-            if _dotted(node.target) == "device":
+            if dotted(node.target) == "device":
                 values.append(getattr(node, "value", None))
         elif _binds_device_without_a_value(node):
             values.append(None)
@@ -191,16 +191,16 @@ def _device_values(statements: Sequence[cst.CSTNode]) -> list[cst.BaseExpression
 def _binds_device_without_a_value(node: cst.CSTNode) -> bool:
     """`for device in ...:` or `with ... as device:`."""
     if isinstance(node, cst.For):
-        return _dotted(node.target) == "device"
+        return dotted(node.target) == "device"
     if isinstance(node, cst.With):
         return any(
-            item.asname is not None and _dotted(item.asname.name) == "device"  # type: ignore[arg-type]
+            item.asname is not None and dotted(item.asname.name) == "device"  # type: ignore[arg-type]
             for item in node.items
         )
     return False
 
 
-def _scope_kind(
+def scope_kind(
     parameters: cst.Parameters | None, statements: Sequence[cst.CSTNode], string_used: bool
 ) -> str | None:
     """How a scope binds `device`: None (not here), "device" (the device choice, a
@@ -217,7 +217,7 @@ def _scope_kind(
                 if parameter.default is not None and not _is_the_choice(parameter.default):
                     return "other"
                 annotation = parameter.annotation
-                if annotation is not None and _dotted(annotation.annotation) == "torch.device":
+                if annotation is not None and dotted(annotation.annotation) == "torch.device":
                     return "device"
                 return "unknown"
     values = _device_values(statements)
@@ -236,13 +236,13 @@ def _is_the_choice(value: cst.BaseExpression) -> bool:
     if isinstance(value, cst.BooleanOperation):
         return _is_the_choice(value.left)
     if isinstance(value, cst.Call):
-        name = (_dotted(value.func) or "").rsplit(".", 1)[-1]
+        name = (dotted(value.func) or "").rsplit(".", 1)[-1]
         if name in {"current_accelerator", "choose_device"}:
             return True
         if name != "device" or len(value.args) != 1:
             return False
         argument = value.args[0].value
-        return _string_value(argument) is None or _is_the_choice(argument)
-    if _string_value(value) == "cuda":
+        return string_value(argument) is None or _is_the_choice(argument)
+    if string_value(value) == "cuda":
         return True
-    return isinstance(value, cst.IfExp) and _string_value(value.body) == "cuda"
+    return isinstance(value, cst.IfExp) and string_value(value.body) == "cuda"

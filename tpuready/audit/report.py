@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from tpuready.audit_syntax import (
-    _SEVERITY_HEADINGS,
+from tpuready.audit.syntax import (
     NOTE,
     SEVERITIES,
+    SEVERITY_HEADINGS,
     Finding,
 )
 
@@ -32,7 +32,7 @@ def format_text(
     for severity in SEVERITIES:
         group = [finding for finding in ordered if finding.severity == severity]
         if group:
-            lines.append(f"{_SEVERITY_HEADINGS[severity]} ({len(group)}):")
+            lines.append(f"{SEVERITY_HEADINGS[severity]} ({len(group)}):")
             lines += [str(finding) for finding in group]
     files_with_findings = len({finding.path for finding in ordered})
     summary = f"{_count(len(ordered), 'finding')}"

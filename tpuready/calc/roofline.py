@@ -10,7 +10,7 @@ The byte counts are the ideal ones: every operand read once from memory and ever
 written once, as if caches or on-chip memory held everything in between. Real kernels move at
 least that much, so their true intensity is at most the figure computed here.
 
-A roofline comes from a `tpuready.hardware.Chip` (`Roofline.from_chip("v6e")`, with the chip's
+A roofline comes from a `tpuready.calc.hardware.Chip` (`Roofline.from_chip("v6e")`, with the chip's
 peak dense bf16 FLOP/s and HBM bandwidth) or from explicit figures, such as a CPU's peak and
 bandwidth measured in the notebook.
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
-from tpuready.hardware import Chip, as_chip
+from tpuready.calc.hardware import Chip, as_chip
 from tpuready.validate import InputError, number, one_of, whole_number
 
 __all__ = [
@@ -204,7 +204,7 @@ class Roofline:
 
     @classmethod
     def from_chip(cls, chip: Chip | str) -> Roofline:
-        """A chip's roofline from `tpuready.hardware`: its peak dense bf16 FLOP/s and HBM
+        """A chip's roofline from `tpuready.calc.hardware`: its peak dense bf16 FLOP/s and HBM
         bandwidth, per chip (on TPU v7 each of the two devices has half of both, so the ridge
         point is the same)."""
         chip = as_chip(chip, error=RooflineError)

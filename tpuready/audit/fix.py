@@ -3,7 +3,7 @@ a rewrite is safe, and say what is left and why.
 
 Taught in `notebooks/01_device_agnostic_basics.ipynb` (the `--diff` of
 `notebooks/examples/train_cuda_only.py`). `fix_source(text)` and `fix_file(path)` return a
-`FixResult`; `python -m tpuready audit-source --fix PATH...` (or `python -m tpuready.fix`)
+`FixResult`; `python -m tpuready audit-source --fix PATH...` (or `python -m tpuready.audit.fix`)
 writes the files, `--diff` prints a unified diff instead. The code is rewritten with libcst, so
 comments and formatting are kept; a second run changes nothing.
 
@@ -48,10 +48,10 @@ What cannot be fixed safely is left and reported with advice: a device index (`"
 cuDNN and CUDA backend settings, and `torch.cuda` names with no same-argument replacement.
 
 Which audit rules are rewritten, and which leave a line CUDA-only (so that no CUDA check is
-ported over it), is the `fix` column of `tpuready.audit_rules.RULE_TABLE`, read here as
+ported over it), is the `fix` column of `tpuready.audit.rules.RULE_TABLE`, read here as
 `FIXED_RULES` and `LEFT_CUDA_ONLY_RULES`. This module decides what to rewrite from the audit's
-findings and reports what is left; `tpuready.fix_facts` reads a module's imports and device
-bindings, and `tpuready.fix_rewriter` holds the libcst transformer.
+findings and reports what is left; `tpuready.audit.fix_facts` reads a module's imports and device
+bindings, and `tpuready.audit.fix_rewriter` holds the libcst transformer.
 
 Notebooks (`fix_notebook`) are rewritten cell by cell, as one module: imports in any cell
 resolve names in every cell, and the device line goes once into the first cell that imports
@@ -86,7 +86,23 @@ from tpuready.audit import (
     Finding,
     audit_code,
 )
-from tpuready.audit_sources import (
+from tpuready.audit.fix_facts import ModuleFacts, binds_device, module_facts
+from tpuready.audit.fix_rewriter import (
+    CHOOSE_DEVICE,
+    DEVICE_LINE,
+    DIRECT,
+    NEEDS_AN_ACCELERATOR,
+    Change,
+    Protection,
+    Rewriter,
+    StatementPositions,
+    direct_replacements,
+    insertion_index,
+    is_import_line,
+    put_back,
+    stand_in_text,
+)
+from tpuready.audit.sources import (
     IPYTHON_ONLY_LINE,
     AuditConfig,
     AuditInputError,
@@ -100,26 +116,10 @@ from tpuready.audit_sources import (
     python_of_ipython,
     read_python_and_encoding,
 )
-from tpuready.audit_sources import (
+from tpuready.audit.sources import (
     MAX_FILE_BYTES as AUDIT_MAX_FILE_BYTES,
 )
-from tpuready.audit_syntax import LEAVE_CUDA_ONLY, REWRITE
-from tpuready.fix_facts import _binds_device, _module_facts, _ModuleFacts
-from tpuready.fix_rewriter import (
-    _DIRECT,
-    CHOOSE_DEVICE,
-    DEVICE_LINE,
-    NEEDS_AN_ACCELERATOR,
-    Change,
-    StatementPositions,
-    _insertion_index,
-    _is_import_line,
-    _Protection,
-    _Rewriter,
-    direct_replacements,
-    put_back,
-    stand_in_text,
-)
+from tpuready.audit.syntax import LEAVE_CUDA_ONLY, REWRITE
 
 __all__ = [
     "CHOOSE_DEVICE",
@@ -244,7 +244,7 @@ def _audit_with_imports(source: str, aliases: Mapping[str, str]) -> list[Finding
     ]
 
 
-def _protection(source: str, findings: Sequence[Finding], config: AuditConfig) -> _Protection:
+def _protection(source: str, findings: Sequence[Finding], config: AuditConfig) -> Protection:
     """The lines and rules the fixer leaves alone: where the audit finds only guarded code
     (its verdict, not a second opinion), `# tpuready: ignore` and the config's `skip`."""
     must_change = {finding.line for finding in findings if finding.severity == MUST_CHANGE}
@@ -259,7 +259,7 @@ def _protection(source: str, findings: Sequence[Finding], config: AuditConfig) -
             lines.add(line)
         else:
             rules_by_line[line] = rules
-    return _Protection(frozenset(lines), rules_by_line, frozenset(config.skip))
+    return Protection(frozenset(lines), rules_by_line, frozenset(config.skip))
 
 
 def _left(fixed: str, findings: Sequence[Finding], config: AuditConfig) -> tuple[LeftUnfixed, ...]:
@@ -327,7 +327,7 @@ def _left_behind(finding: Finding) -> bool:
         member = finding.cuda_name
         return (
             member is not None
-            and member not in _DIRECT
+            and member not in DIRECT
             and member not in {"is_available", "device_count", "is_bf16_supported"}
         )
     return False
@@ -380,7 +380,7 @@ def _rewrite(
         raise FixInputError(f"cannot parse: {type(error).__name__}") from error
     fresh_device = fresh_device or fresh_device_name(source)
     positions = StatementPositions(module, text)
-    facts = _module_facts(source, module)
+    facts = module_facts(source, module)
     facts.aliases = {**(aliases_elsewhere or {}), **facts.aliases}
     facts.binds_torch = facts.binds_torch or "torch" in bound_elsewhere
     if findings is None or aliases_elsewhere:
@@ -403,7 +403,7 @@ def _rewrite(
     left_behind = frozenset(  # lines the rewrite leaves CUDA-only: no check is ported over them
         finding.line for finding in findings if _left_behind(finding)
     )
-    rewriter = _Rewriter(
+    rewriter = Rewriter(
         facts,
         module,
         guarded,
@@ -429,7 +429,7 @@ def _rewrite(
         wants_line
         and wants_fresh
         and "auto" == device_line == fresh_line
-        and not _binds_device(module.body)
+        and not binds_device(module.body)
     ):
         # Two device lines with one value: name the fresh one everywhere instead.
         return _rewrite(
@@ -444,11 +444,11 @@ def _rewrite(
         )
     if "always" in (device_line, fresh_line):
         rewriter.uses_torch = True
-    lines_to_add = [DEVICE_LINE] if wants_line and not _binds_device(module.body) else []
+    lines_to_add = [DEVICE_LINE] if wants_line and not binds_device(module.body) else []
     if wants_fresh:
         lines_to_add.append(DEVICE_LINE.replace("device", fresh_device, 1))
     for text in lines_to_add:
-        index = _insertion_index(module, rewriter.first_device_line, positions.of)
+        index = insertion_index(module, rewriter.first_device_line, positions.of)
         line = cst.parse_statement(text + "\n")
         additions.setdefault(index, []).append(line.with_changes(leading_lines=[cst.EmptyLine()]))
     if rewriter.uses_torch and not facts.binds_torch:
@@ -457,10 +457,9 @@ def _rewrite(
             (
                 position
                 for position, statement in enumerate(body)
-                if _is_import_line(statement)
-                and "__future__" not in module.code_for_node(statement)
+                if is_import_line(statement) and "__future__" not in module.code_for_node(statement)
             ),
-            _insertion_index(module, None, positions.of),
+            insertion_index(module, None, positions.of),
         )
         additions.setdefault(first_import, []).insert(0, cst.parse_statement("import torch\n"))
         first_import_index = first_import
@@ -606,7 +605,7 @@ def fix_notebook(
     code_cells = [
         cell for cell in cells if isinstance(cell, dict) and cell.get("cell_type") == "code"
     ]
-    modules: dict[int, tuple[str, cst.Module, _ModuleFacts]] = {}
+    modules: dict[int, tuple[str, cst.Module, ModuleFacts]] = {}
     magic_lines: dict[int, dict[str, str]] = {}
     skipped: list[int] = []
     unparsed: dict[int, str] = {}
@@ -628,7 +627,7 @@ def fix_notebook(
             if source is not None:
                 unparsed[number] = source
             continue
-        facts = _ModuleFacts()
+        facts = ModuleFacts()
         module.visit(facts)
         modules[number] = (masked, module, facts)
     aliases: dict[str, str] = {}
@@ -636,7 +635,7 @@ def fix_notebook(
     for _, module, facts in modules.values():
         aliases.update(facts.aliases)
         bound |= {"torch"} if facts.binds_torch else set()
-        bound |= {"device"} if _binds_device(module.body) else set()
+        bound |= {"device"} if binds_device(module.body) else set()
     fresh_device = fresh_device_name("\n".join(source for source, _, _ in modules.values()))
 
     def rewrite_cells(fresh_everywhere: bool) -> dict[int, FixResult]:
@@ -820,9 +819,9 @@ def run_fix(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m tpuready.fix [--diff | --write] PATH...`; returns the exit status."""
+    """`python -m tpuready.audit.fix [--diff | --write] PATH...`; returns the exit status."""
     parser = argparse.ArgumentParser(
-        prog="python -m tpuready.fix",
+        prog="python -m tpuready.audit.fix",
         description="Rewrite CUDA-only PyTorch code to run on any accelerator (libcst; "
         "comments kept). Exit status: 0 nothing left, 1 something left, 2 unreadable input.",
     )

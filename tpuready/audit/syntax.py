@@ -1,12 +1,12 @@
 """The audit's shared vocabulary: severities, a finding, the CUDA names and advice it knows,
-and the small readers of syntax that the walker (`tpuready.audit_walker`) and the rules
-(`tpuready.audit_rules`) both use. Depends on no other part of the audit."""
+and the small readers of syntax that the walker (`tpuready.audit.walker`) and the rules
+(`tpuready.audit.rules`) both use. Depends on no other part of the audit."""
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Any
@@ -16,7 +16,7 @@ GUARDED = "guarded"
 NOTE = "note"
 # Most severe first: the order of the text report and of `--severity`.
 SEVERITIES: tuple[str, ...] = (MUST_CHANGE, GUARDED, NOTE)
-_SEVERITY_HEADINGS = {
+SEVERITY_HEADINGS = {
     MUST_CHANGE: "must change",
     GUARDED: "guarded: review (CUDA-only code inside a CUDA guard, correct as it stands)",
     NOTE: "notes",
@@ -36,18 +36,18 @@ FIX_ACTIONS: tuple[str, ...] = (REWRITE, LEAVE, LEAVE_CUDA_ONLY)
 # The one device choice the book teaches: the accelerator present, else the CPU.
 DEVICE_CHOICE = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
 CHOOSE_DEVICE = f"device = {DEVICE_CHOICE}"
-_GUARD_ADVICE = 'or run it only when device.type == "cuda"'
+GUARD_ADVICE = 'or run it only when device.type == "cuda"'
 # Ends the message of a per-rank index; `--fix` reads it to leave such lines (and their checks).
 ONE_DEVICE_PER_PROCESS = "TorchTPU runs one process per device and each sees it as index 0"
-_PROBE_ADVICE = (
+PROBE_ADVICE = (
     "keep it: it detects CUDA on purpose and guards CUDA-only code; do not replace it with "
     "torch.accelerator.is_available(), which is also true on a TPU"
 )
 
 _CUDA_DEVICE_LITERAL = re.compile(r"cuda(:\d+)?")
-_DEVICE_WORDS = frozenset({"cpu", "cuda", "mps", "xpu", "tpu", "meta", "hpu", "npu", "auto"})
+DEVICE_WORDS = frozenset({"cpu", "cuda", "mps", "xpu", "tpu", "meta", "hpu", "npu", "auto"})
 # Calls whose first positional argument is a device, and whether it is a device *type*.
-_DEVICE_FIRST_ARGUMENT: Mapping[str, bool] = MappingProxyType(
+DEVICE_FIRST_ARGUMENT: Mapping[str, bool] = MappingProxyType(
     {
         "torch.device": False,
         "torch.set_default_device": False,
@@ -62,7 +62,7 @@ _DEVICE_FIRST_ARGUMENT: Mapping[str, bool] = MappingProxyType(
     }
 )
 # Keyword arguments whose value is a device, and whether it is a device *type*.
-_DEVICE_KEYWORDS: Mapping[str, bool] = MappingProxyType(
+DEVICE_KEYWORDS: Mapping[str, bool] = MappingProxyType(
     {
         "device": False,
         "device_type": True,
@@ -72,11 +72,11 @@ _DEVICE_KEYWORDS: Mapping[str, bool] = MappingProxyType(
         "default": False,  # argparse: add_argument("--device", default="cuda")
     }
 )
-_DEVICE_DICT_KEYS = frozenset({"device", "device_type", "map_location", "device_map"})
-_RANK_LIKE_NAME = re.compile(r"(?:^|_)(?:rank|gpu|gpu_id|gpu_index|device_id|device_index)$")
-_CUDA_FLAG_NAME = re.compile(r"(?:^|_)(?:is_|use_|has_|on_)?cuda(?:_available)?$", re.IGNORECASE)
-_FLOAT64_NAMES = frozenset({"torch.float64", "torch.double"})
-_INFERENCE_MODE_NAMES = frozenset(
+DEVICE_DICT_KEYS = frozenset({"device", "device_type", "map_location", "device_map"})
+RANK_LIKE_NAME = re.compile(r"(?:^|_)(?:rank|gpu|gpu_id|gpu_index|device_id|device_index)$")
+CUDA_FLAG_NAME = re.compile(r"(?:^|_)(?:is_|use_|has_|on_)?cuda(?:_available)?$", re.IGNORECASE)
+FLOAT64_NAMES = frozenset({"torch.float64", "torch.double"})
+INFERENCE_MODE_NAMES = frozenset(
     {
         "torch.inference_mode",
         "torch.autograd.inference_mode",
@@ -84,7 +84,7 @@ _INFERENCE_MODE_NAMES = frozenset(
     }
 )
 # Calls and attributes that exist to detect CUDA (or ROCm, which answers to the same names).
-_CUDA_PROBES = frozenset(
+CUDA_PROBES = frozenset(
     {
         "torch.cuda.is_available",
         "torch.cuda.device_count",
@@ -97,7 +97,7 @@ _CUDA_PROBES = frozenset(
 )
 # Probes that ask which CUDA, not whether an accelerator is there: a test that also reads one
 # (`torch.cuda.is_available() and torch.version.hip is None`) checks for CUDA on purpose.
-_CUDA_IDENTITY_PROBES = frozenset(
+CUDA_IDENTITY_PROBES = frozenset(
     {
         "torch.cuda.get_device_capability",
         "torch.cuda.get_device_name",
@@ -109,7 +109,7 @@ _CUDA_IDENTITY_PROBES = frozenset(
 )
 # Decorators that skip a test on a condition: a CUDA probe there keeps CUDA-only tests off
 # other devices, so it is a CUDA check on purpose.
-_TEST_SKIP_DECORATORS = frozenset(
+TEST_SKIP_DECORATORS = frozenset(
     {
         "unittest.skipIf",
         "unittest.skipUnless",
@@ -119,7 +119,7 @@ _TEST_SKIP_DECORATORS = frozenset(
     }
 )
 # `torch.cuda.*` names tpuready.accelerator_api has no row for, with the portable spelling.
-_EXTRA_EQUIVALENTS: Mapping[str, str] = MappingProxyType(
+EXTRA_EQUIVALENTS: Mapping[str, str] = MappingProxyType(
     {
         "CUDAGraph": "torch.accelerator.Graph() (capture_begin / capture_end / replay)",
         "graph": "torch.accelerator.Graph() with g.capture_begin(); ...; g.capture_end(); "
@@ -133,10 +133,10 @@ _EXTRA_EQUIVALENTS: Mapping[str, str] = MappingProxyType(
         "dict in torch 2.13, so comparing it with (major, minor) breaks)",
     }
 )
-_CUDA_TENSOR_TYPE = re.compile(r"torch\.cuda\.\w*Tensor")
-_BACKEND_CALLS = frozenset({"init_process_group", "new_group"})
-_DDP_NAMES = frozenset({"DistributedDataParallel", "DDP", "DataParallel"})
-_ENVIRON_CALLS = frozenset(
+CUDA_TENSOR_TYPE = re.compile(r"torch\.cuda\.\w*Tensor")
+BACKEND_CALLS = frozenset({"init_process_group", "new_group"})
+DDP_NAMES = frozenset({"DistributedDataParallel", "DDP", "DataParallel"})
+ENVIRON_CALLS = frozenset(
     {"os.environ.get", "os.environ.setdefault", "os.environ.pop", "os.getenv", "os.putenv"}
 )
 
@@ -155,7 +155,7 @@ CUDA_ONLY_PACKAGES: Mapping[str, str] = MappingProxyType(
     }
 )
 
-_TRIGGER_WORDS = (
+TRIGGER_WORDS = (
     "cuda",
     "CUDA",
     "cudnn",
@@ -186,7 +186,7 @@ class Finding:
     one of `SEVERITIES`. What the message says in words, the last three fields say for
     programs (`--fix` reads them): `per_rank` when the line names a process's own CUDA index
     (which TorchTPU, one device per process, sees as 0), `off_cuda` what the branch taken off
-    CUDA does when a TPU would take it (one of `_FALLBACKS`, or `ONE_DEVICE_PATH`), and
+    CUDA does when a TPU would take it (one of `FALLBACKS`, or `ONE_DEVICE_PATH`), and
     `cuda_name` the `torch.cuda` member named. `--format json` writes these fields, in this
     order.
     """
@@ -226,7 +226,7 @@ class Finding:
 # Small readers of syntax
 
 
-def _dotted_parts(node: ast.AST) -> list[str] | None:
+def dotted_parts(node: ast.AST) -> list[str] | None:
     """`a.b.c` -> ["a", "b", "c"]; None when the chain does not start at a plain name."""
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
@@ -239,15 +239,15 @@ def _dotted_parts(node: ast.AST) -> list[str] | None:
     return parts
 
 
-def _is_true(node: ast.AST) -> bool:
+def is_true(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value is True
 
 
-def _is_false(node: ast.AST) -> bool:
+def is_false(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value is False
 
 
-def _is_none(node: ast.AST) -> bool:
+def is_none(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value is None
 
 
@@ -255,11 +255,11 @@ def _is_string(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
-def _string_value(node: ast.AST) -> str | None:
+def string_value(node: ast.AST) -> str | None:
     return node.value if _is_string(node) else None  # type: ignore[attr-defined]
 
 
-def _shown(node: ast.AST, limit: int = 60) -> str:
+def code_of(node: ast.AST, limit: int = 60) -> str:
     try:
         text = ast.unparse(node)
     except RecursionError:  # an expression nested deeper than unparse can follow
@@ -268,14 +268,14 @@ def _shown(node: ast.AST, limit: int = 60) -> str:
 
 
 def _constant_fstring(node: ast.JoinedStr) -> str | None:
-    parts = [_string_value(value) for value in node.values]
+    parts = [string_value(value) for value in node.values]
     return None if any(part is None for part in parts) else "".join(parts)  # type: ignore[arg-type]
 
 
-def _cuda_index(node: ast.AST) -> ast.AST | str | None:
+def index_in_device_text(node: ast.AST) -> ast.AST | str | None:
     """For a CUDA device text, the index it names: "0", an expression node, or None (`"cuda"`).
-    Returns False-y "" when the node is not CUDA device text at all; see `_is_cuda_device_text`."""
-    text = _string_value(node)
+    Returns False-y "" when the node is not CUDA device text at all; see `is_cuda_device_text`."""
+    text = string_value(node)
     if text is not None:
         return text.partition(":")[2] or None
     if isinstance(node, ast.JoinedStr):
@@ -292,14 +292,14 @@ def _cuda_index(node: ast.AST) -> ast.AST | str | None:
 
 
 def _starts_with_cuda_index(node: ast.AST) -> bool:
-    text = _string_value(node)
+    text = string_value(node)
     return text is not None and text.startswith("cuda:")
 
 
-def _is_cuda_device_text(node: ast.AST) -> bool:
+def is_cuda_device_text(node: ast.AST) -> bool:
     """True for `"cuda"`, `"cuda:1"`, `f"cuda"`, `f"cuda:{rank}"`, `"cuda:" + r`,
     `"cuda:%d" % r`, `"cuda:{}".format(r)`."""
-    text = _string_value(node)
+    text = string_value(node)
     if text is not None:
         return _CUDA_DEVICE_LITERAL.fullmatch(text) is not None
     if isinstance(node, ast.JoinedStr):
@@ -314,21 +314,21 @@ def _is_cuda_device_text(node: ast.AST) -> bool:
     return False
 
 
-def _is_nccl(node: ast.AST) -> bool:
-    text = _string_value(node)
+def is_nccl(node: ast.AST) -> bool:
+    text = string_value(node)
     if text is not None:
         return "nccl" in text.lower()
     if isinstance(node, ast.IfExp):
-        return _is_nccl(node.body) or _is_nccl(node.orelse)
+        return is_nccl(node.body) or is_nccl(node.orelse)
     if isinstance(node, ast.BoolOp):  # `os.environ.get("BACKEND") or "nccl"`
-        return any(_is_nccl(value) for value in node.values)
-    if isinstance(node, ast.Call) and (_dotted_parts(node.func) or [""])[-2:] in (
+        return any(is_nccl(value) for value in node.values)
+    if isinstance(node, ast.Call) and (dotted_parts(node.func) or [""])[-2:] in (
         ["environ", "get"],
         ["os", "getenv"],
     ):  # `os.environ.get("BACKEND", "nccl")`: the default, when the variable is not set
         defaults = [*node.args[1:2], *(k.value for k in node.keywords if k.arg == "default")]
-        return any(_is_nccl(default) for default in defaults)
-    return (_dotted_parts(node) or [""])[-1] == "NCCL"
+        return any(is_nccl(default) for default in defaults)
+    return (dotted_parts(node) or [""])[-1] == "NCCL"
 
 
 def _is_cpu_device(node: ast.AST) -> bool:
@@ -336,13 +336,13 @@ def _is_cpu_device(node: ast.AST) -> bool:
     if _is_string(node):
         return node.value == "cpu"  # type: ignore[attr-defined]
     if isinstance(node, ast.Call) and node.args:
-        return _dotted_parts(node.func) in (["torch", "device"], ["device"]) and _is_cpu_device(
+        return dotted_parts(node.func) in (["torch", "device"], ["device"]) and _is_cpu_device(
             node.args[0]
         )
     return False
 
 
-def _names_the_cpu(call: ast.Call) -> bool:
+def names_the_cpu(call: ast.Call) -> bool:
     """True when the call itself moves to or creates on the CPU: `.cpu()`, `.to("cpu")`,
     `device="cpu"`."""
     func = call.func
@@ -352,19 +352,19 @@ def _names_the_cpu(call: ast.Call) -> bool:
     return any(_is_cpu_device(argument) for argument in arguments)
 
 
-def _choices_are_not_devices(call: ast.Call) -> bool:
+def choices_are_not_devices(call: ast.Call) -> bool:
     """`choices=["cuda", "triton"]`: the option names kernels, so `default="cuda"` is not a
     device."""
     for keyword in call.keywords:
         if keyword.arg == "choices" and isinstance(keyword.value, ast.List | ast.Tuple | ast.Set):
-            words = [_string_value(item) for item in keyword.value.elts]
+            words = [string_value(item) for item in keyword.value.elts]
             return any(
-                word is not None and word.split(":")[0] not in _DEVICE_WORDS for word in words
+                word is not None and word.split(":")[0] not in DEVICE_WORDS for word in words
             )
     return False
 
 
-def _last_name(node: ast.AST) -> str:
+def last_name(node: ast.AST) -> str:
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
@@ -374,7 +374,7 @@ def _last_name(node: ast.AST) -> str:
 
 PICKS_FLOAT16 = "picks float16"
 # What the branch taken off CUDA can do that a TPU would be hurt by (`Finding.off_cuda`).
-_FALLBACKS = (
+FALLBACKS = (
     "falls back to the CPU",
     "stops the program",
     PICKS_FLOAT16,
@@ -388,27 +388,27 @@ _FALLBACKS = (
 ONE_DEVICE_PATH = "takes the one-device path"
 
 # Marks the message of a CUDA check the audit ports because of what its other branch does;
-# `--fix` rewrites those checks (tpuready.fix reads the mark from here).
+# `--fix` rewrites those checks (tpuready.audit.fix reads the mark from here).
 OFF_CUDA_BRANCH = "the branch taken off CUDA"
 
 
-def _rank_index(node: ast.AST) -> str | None:
+def rank_index(node: ast.AST) -> str | None:
     """The text of a rank's own index: a rank-like name (`local_rank`, `args.gpu`) or
     `int(os.environ["LOCAL_RANK"])`; None for anything else (`index`, `0`)."""
-    if isinstance(node, ast.Call) and _dotted_parts(node.func) == ["int"] and node.args:
+    if isinstance(node, ast.Call) and dotted_parts(node.func) == ["int"] and node.args:
         inner = node.args[0]
         key = inner.slice if isinstance(inner, ast.Subscript) else None
         if isinstance(inner, ast.Call) and inner.args:  # os.environ.get("LOCAL_RANK", ...)
             key = inner.args[0]
-        text = _string_value(key) if key is not None else None
-        return _shown(node, 40) if text is not None and "RANK" in text.upper() else None
-    parts = _dotted_parts(node)
-    if parts is None or not _RANK_LIKE_NAME.search(parts[-1]):
+        text = string_value(key) if key is not None else None
+        return code_of(node, 40) if text is not None and "RANK" in text.upper() else None
+    parts = dotted_parts(node)
+    if parts is None or not RANK_LIKE_NAME.search(parts[-1]):
         return None
     return ".".join(parts)
 
 
-def _rank_of_device_text(node: ast.AST) -> str | None:
+def rank_of_device_text(node: ast.AST) -> str | None:
     """`rank` for `f"{device_type}:{rank}"` (any type, a rank-like index name), else None."""
     if not isinstance(node, ast.JoinedStr) or len(node.values) != 3:
         return None
@@ -420,8 +420,8 @@ def _rank_of_device_text(node: ast.AST) -> str | None:
         and isinstance(index, ast.FormattedValue)
     ):
         return None
-    parts = _dotted_parts(index.value)
-    if parts is None or not _RANK_LIKE_NAME.search(parts[-1]):
+    parts = dotted_parts(index.value)
+    if parts is None or not RANK_LIKE_NAME.search(parts[-1]):
         return None
     return ".".join(parts)
 
@@ -437,13 +437,35 @@ def per_rank_advice(index: str) -> str:
     )
 
 
-def _device_choice(value: ast.AST) -> bool:
+def device_choice(value: ast.AST) -> bool:
     """`"cuda"`, `torch.device("cuda")`: the value of a device choice."""
-    if _is_cuda_device_text(value):
+    if is_cuda_device_text(value):
         return True
     return (
         isinstance(value, ast.Call)
-        and _last_name(value.func) == "device"
+        and last_name(value.func) == "device"
         and bool(value.args)
-        and _is_cuda_device_text(value.args[0])
+        and is_cuda_device_text(value.args[0])
     )
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One audit rule: its id, default severity, a one-line description, the syntax node types
+    it looks at, the check run on each such node, the default advice, and what `--fix` does
+    with its findings."""
+
+    id: str
+    severity: str
+    description: str
+    node_types: tuple[type[ast.AST], ...]
+    check: Callable[[Any, Any], None] | None
+    advice: str
+    # What `--fix` does with the rule's findings: REWRITE, LEAVE or LEAVE_CUDA_ONLY.
+    fix: str
+
+    def __post_init__(self) -> None:
+        if self.fix not in FIX_ACTIONS:
+            raise ValueError(
+                f"rule {self.id!r}: fix must be one of {FIX_ACTIONS}, got {self.fix!r}"
+            )

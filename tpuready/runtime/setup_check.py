@@ -123,7 +123,7 @@ def _sum_of_ranks(rank: int, world_size: int) -> tuple[str, str, float]:
     import torch
     import torch.distributed as dist
 
-    from tpuready.launch import rank_device
+    from tpuready.runtime.launch import rank_device
 
     device = rank_device()
     total = torch.tensor([rank + 1.0], device=device)
@@ -134,15 +134,15 @@ def _sum_of_ranks(rank: int, world_size: int) -> tuple[str, str, float]:
 def rank_count() -> int:
     """Two ranks; on a TPU the fewest its generation runs on a host, which even a one-chip VM
     holds (1 on v4, v5e, v5p and v6e; 2 on v7, whose chip is two devices)."""
-    from tpuready.launch import allowed_rank_counts
+    from tpuready.runtime.launch import allowed_rank_counts
 
     allowed = allowed_rank_counts()
     return 2 if allowed is None else min(allowed)
 
 
 def check_ranks(seconds: float = SMOKE_TEST_SECONDS) -> CheckResult:
-    """Start ranks through `tpuready.launch` and all-reduce one number, as Part II does."""
-    from tpuready.launch import run_workers
+    """Start ranks through `tpuready.runtime.launch` and all-reduce one number, as Part II does."""
+    from tpuready.runtime.launch import run_workers
 
     world_size = rank_count()
     try:
@@ -268,8 +268,11 @@ def run_notebook(notebook: Path, seconds: int = NOTEBOOK_SECONDS) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m tpuready.setup_check`: run the checks here, or in the notebook with --notebook."""
-    parser = argparse.ArgumentParser(prog="python -m tpuready.setup_check", description=__doc__)
+    """`python -m tpuready.runtime.setup_check`: run the checks here, or in the notebook with
+    --notebook."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tpuready.runtime.setup_check", description=__doc__
+    )
     parser.add_argument("--requirements", type=Path, default=Path("requirements.txt"))
     parser.add_argument("--notebook", type=Path, help="execute this notebook in a kernel")
     arguments = parser.parse_args(argv)
@@ -285,6 +288,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     # Run the importable module, not this __main__ copy: the ranks check's spawned
     # processes import its worker by module name.
-    from tpuready.setup_check import main as importable_main
+    from tpuready.runtime.setup_check import main as importable_main
 
     sys.exit(importable_main())

@@ -114,7 +114,7 @@ def _is_local(host: object) -> bool:
 def _refuse(call: str, host: object, port: object = None) -> NetworkRefusedError:
     where = f"{host!r}" if port is None else f"{host!r} port {port!r}"
     return NetworkRefusedError(
-        f"network access refused by tpuready.offline: {where} is not on this machine "
+        f"network access refused by tpuready.runtime.offline: {where} is not on this machine "
         f"({call}). The book runs offline: build models from configs, train tokenizers in "
         f"code, and ship small data in the repository ({ENVIRONMENT_SWITCH}=1 is set)."
     )

@@ -9,33 +9,29 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from tpuready.accelerator_api import equivalent_for
-from tpuready.audit_sources import (
+from tpuready.audit.sources import (
     MAX_FILE_BYTES,
 )
-from tpuready.audit_syntax import (
-    _BACKEND_CALLS,
-    _CUDA_PROBES,
-    _CUDA_TENSOR_TYPE,
-    _DDP_NAMES,
-    _DEVICE_DICT_KEYS,
-    _DEVICE_FIRST_ARGUMENT,
-    _DEVICE_KEYWORDS,
-    _ENVIRON_CALLS,
-    _EXTRA_EQUIVALENTS,
-    _FALLBACKS,
-    _FLOAT64_NAMES,
-    _GUARD_ADVICE,
-    _INFERENCE_MODE_NAMES,
-    _PROBE_ADVICE,
-    _RANK_LIKE_NAME,
+from tpuready.audit.syntax import (
+    BACKEND_CALLS,
     CHOOSE_DEVICE,
     CUDA_ONLY_PACKAGES,
-    FIX_ACTIONS,
+    CUDA_PROBES,
+    CUDA_TENSOR_TYPE,
+    DDP_NAMES,
+    DEVICE_DICT_KEYS,
+    DEVICE_FIRST_ARGUMENT,
+    DEVICE_KEYWORDS,
+    ENVIRON_CALLS,
+    EXTRA_EQUIVALENTS,
+    FALLBACKS,
+    FLOAT64_NAMES,
+    GUARD_ADVICE,
+    INFERENCE_MODE_NAMES,
     LEAVE,
     LEAVE_CUDA_ONLY,
     MUST_CHANGE,
@@ -43,31 +39,34 @@ from tpuready.audit_syntax import (
     OFF_CUDA_BRANCH,
     ONE_DEVICE_PATH,
     ONE_DEVICE_PER_PROCESS,
+    PROBE_ADVICE,
+    RANK_LIKE_NAME,
     REWRITE,
-    _choices_are_not_devices,
-    _device_choice,
-    _dotted_parts,
-    _is_cuda_device_text,
-    _is_false,
-    _is_nccl,
-    _is_none,
-    _is_true,
-    _last_name,
-    _names_the_cpu,
-    _rank_index,
-    _shown,
-    _string_value,
+    Rule,
+    choices_are_not_devices,
+    code_of,
+    device_choice,
+    dotted_parts,
+    is_cuda_device_text,
+    is_false,
+    is_nccl,
+    is_none,
+    is_true,
+    last_name,
+    names_the_cpu,
     per_rank_advice,
+    rank_index,
+    string_value,
 )
 
 if TYPE_CHECKING:
-    from tpuready.audit_walker import _Auditor
+    from tpuready.audit.walker import Auditor
 
 # --------------------------------------------------------------------------------------------
 # The rules: one check function each, registered in RULE_TABLE below
 
 
-def _check_cuda_method(audit: _Auditor, call: ast.Call) -> None:
+def _check_cuda_method(audit: Auditor, call: ast.Call) -> None:
     func = call.func
     if (
         isinstance(func, ast.Attribute)
@@ -87,7 +86,7 @@ def _check_cuda_method(audit: _Auditor, call: ast.Call) -> None:
                 "cuda-method", func, "`.cuda()` moves to a CUDA GPU only", at_attribute=True
             )
             return
-        shown = _shown(index, 30)
+        shown = code_of(index, 30)
         # `.cuda(0)`: the first GPU, one device per script, chosen once.
         where = f"device = {CHOOSE_DEVICE}" if shown == "0" else per_rank_advice(shown)
         audit.report(
@@ -100,7 +99,7 @@ def _check_cuda_method(audit: _Auditor, call: ast.Call) -> None:
         )
 
 
-def _check_cuda_amp(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:
+def _check_cuda_amp(audit: Auditor, node: ast.Name | ast.Attribute) -> None:
     name = audit.current_name
     if name is None or not (name == "torch.cuda.amp" or name.startswith("torch.cuda.amp.")):
         return
@@ -134,16 +133,16 @@ def _default_type_advice(type_name: str) -> str:
     )
 
 
-def _check_cuda_tensor_type(audit: _Auditor, node: ast.AST) -> None:
+def _check_cuda_tensor_type(audit: Auditor, node: ast.AST) -> None:
     if isinstance(node, ast.Call):
-        if _last_name(node.func) in {"set_default_tensor_type", "type"} and node.args:
+        if last_name(node.func) in {"set_default_tensor_type", "type"} and node.args:
             argument = node.args[0]
             if isinstance(argument, ast.Name | ast.Attribute):
                 name = audit.qualify(argument)
                 if (
                     name is not None
-                    and _CUDA_TENSOR_TYPE.fullmatch(name)
-                    and _last_name(node.func) == "set_default_tensor_type"
+                    and CUDA_TENSOR_TYPE.fullmatch(name)
+                    and last_name(node.func) == "set_default_tensor_type"
                 ):
                     audit.report(
                         "cuda-tensor-type",
@@ -152,19 +151,19 @@ def _check_cuda_tensor_type(audit: _Auditor, node: ast.AST) -> None:
                         _default_type_advice(name),
                     )
                 return
-            text = _string_value(argument)
-            if text is not None and _CUDA_TENSOR_TYPE.fullmatch(text):
+            text = string_value(argument)
+            if text is not None and CUDA_TENSOR_TYPE.fullmatch(text):
                 audit.report(
                     "cuda-tensor-type",
                     node.args[0],
                     f"{text!r} is a CUDA-only tensor type",
                     _default_type_advice(text)
-                    if _last_name(node.func) == "set_default_tensor_type"
+                    if last_name(node.func) == "set_default_tensor_type"
                     else ".to(device, dtype)",
                 )
         return
     name = audit.current_name
-    if name is not None and _CUDA_TENSOR_TYPE.fullmatch(name):
+    if name is not None and CUDA_TENSOR_TYPE.fullmatch(name):
         audit.report(
             "cuda-tensor-type",
             node,
@@ -173,13 +172,13 @@ def _check_cuda_tensor_type(audit: _Auditor, node: ast.AST) -> None:
         )
 
 
-def _check_profiler_activity(audit: _Auditor, node: ast.Name | ast.Attribute) -> None:
+def _check_profiler_activity(audit: Auditor, node: ast.Name | ast.Attribute) -> None:
     name = audit.current_name
     if name is not None and name.endswith("ProfilerActivity.CUDA"):
         audit.report("cuda-profiler-activity", node, f"`{name}` profiles CUDA kernels only")
 
 
-def _check_cuda_test_fallback(audit: _Auditor, node: ast.If | ast.IfExp) -> None:
+def _check_cuda_test_fallback(audit: Auditor, node: ast.If | ast.IfExp) -> None:
     """A CUDA check with no `torch.cuda` name in it (`x.is_cuda`, `device.type == "cuda"`,
     `torch.version.cuda`) whose other branch falls back to the CPU, exits or picks float16: a
     TPU takes that branch. (A `torch.cuda` probe gets the same mark from `torch-cuda-call`.)"""
@@ -194,7 +193,7 @@ def _check_cuda_test_fallback(audit: _Auditor, node: ast.If | ast.IfExp) -> None
     chosen = node.body if polarity else node.orelse
     statements = chosen if isinstance(chosen, list) else [chosen]
     if any(  # a device choice (`"cuda" if use_cuda else "cpu"`) is reported as the choice
-        _device_choice(statement.value if isinstance(statement, ast.Assign) else statement)
+        device_choice(statement.value if isinstance(statement, ast.Assign) else statement)
         for statement in statements
         if isinstance(statement, ast.Assign | ast.expr)
     ):
@@ -205,7 +204,7 @@ def _check_cuda_test_fallback(audit: _Auditor, node: ast.If | ast.IfExp) -> None
     audit.report(
         "cuda-test-fallback",
         node.test,
-        f"`{_shown(node.test)}` sends a TPU down {OFF_CUDA_BRANCH}, which {_FALLBACKS[fallback]}",
+        f"`{code_of(node.test)}` sends a TPU down {OFF_CUDA_BRANCH}, which {FALLBACKS[fallback]}",
     )
 
 
@@ -214,7 +213,7 @@ def _check_cuda_test_fallback(audit: _Auditor, node: ast.If | ast.IfExp) -> None
 _NOTHING_OFF_CUDA = frozenset({"empty_cache"})
 
 
-def _check_cuda_decision(audit: _Auditor, node: ast.Compare | ast.BoolOp) -> None:
+def _check_cuda_decision(audit: Auditor, node: ast.Compare | ast.BoolOp) -> None:
     """A decision a TPU gets wrong even where a CUDA guard holds it: guarding it is the fault.
 
     `torch.cuda.device_count() > 1` is False on a TPU host with several chips (it counts 0),
@@ -226,9 +225,9 @@ def _check_cuda_decision(audit: _Auditor, node: ast.Compare | ast.BoolOp) -> Non
             audit.report(
                 "torch-cuda-call",
                 node.left.func,  # type: ignore[attr-defined]
-                f"`{_shown(node)}` counts CUDA GPUs: torch.cuda counts 0 on a TPU host, "
+                f"`{code_of(node)}` counts CUDA GPUs: torch.cuda counts 0 on a TPU host, "
                 f"which {ONE_DEVICE_PATH} however many chips it has",
-                "torch.accelerator.device_count()" + _shown(node)[len(_shown(node.left)) :],
+                "torch.accelerator.device_count()" + code_of(node)[len(code_of(node.left)) :],
                 cuda_name="device_count",
                 even_in_guard=True,
                 off_cuda=ONE_DEVICE_PATH,
@@ -239,16 +238,16 @@ def _check_cuda_decision(audit: _Auditor, node: ast.Compare | ast.BoolOp) -> Non
         audit.report(
             "torch-cuda-call",
             bf16_check.func,
-            f"`{_shown(node, 60)}` is False on a TPU, which runs bfloat16 natively: a TPU never "
+            f"`{code_of(node, 60)}` is False on a TPU, which runs bfloat16 natively: a TPU never "
             "takes the bfloat16 path",
-            _EXTRA_EQUIVALENTS["is_bf16_supported"],
+            EXTRA_EQUIVALENTS["is_bf16_supported"],
             cuda_name="is_bf16_supported",
             even_in_guard=True,
         )
 
 
 def _check_torch_cuda(
-    audit: _Auditor, node: ast.Name | ast.Attribute | ast.Compare | ast.BoolOp
+    audit: Auditor, node: ast.Name | ast.Attribute | ast.Compare | ast.BoolOp
 ) -> None:
     if isinstance(node, ast.Compare | ast.BoolOp):
         _check_cuda_decision(audit, node)
@@ -256,7 +255,7 @@ def _check_torch_cuda(
     name = audit.current_name
     if name is None or not (name == "torch.cuda" or name.startswith("torch.cuda.")):
         return
-    if name.startswith("torch.cuda.amp") or _CUDA_TENSOR_TYPE.fullmatch(name):
+    if name.startswith("torch.cuda.amp") or CUDA_TENSOR_TYPE.fullmatch(name):
         return
     if name == "torch.cuda":
         audit.report(
@@ -268,7 +267,7 @@ def _check_torch_cuda(
         return
     member = name.removeprefix("torch.cuda.")
     message = f"`{name}` works on CUDA GPUs only"
-    extra = _EXTRA_EQUIVALENTS.get(member)
+    extra = EXTRA_EQUIVALENTS.get(member)
     if extra is not None:
         audit.report("torch-cuda-call", node, message, extra, cuda_name=member)
         return
@@ -278,7 +277,7 @@ def _check_torch_cuda(
             "torch-cuda-call",
             node,
             message,
-            f"no entry in tpuready.accelerator_api: look under torch.accelerator, {_GUARD_ADVICE}",
+            f"no entry in tpuready.accelerator_api: look under torch.accelerator, {GUARD_ADVICE}",
             cuda_name=member,
         )
         return
@@ -300,9 +299,9 @@ def _check_torch_cuda(
 def _setting_suggestion(setting: str, value: ast.AST | None) -> str:
     """Advice for `torch.backends.cudnn.X = value` / `torch.backends.cuda.X = value` that
     follows the value being assigned."""
-    shown = _shown(value) if value is not None else "..."
+    shown = code_of(value) if value is not None else "..."
     if setting == "deterministic":
-        if value is not None and _is_false(value):
+        if value is not None and is_false(value):
             return (
                 "remove it: non-deterministic algorithms are already allowed by default "
                 "(torch.use_deterministic_algorithms(False) is the backend-neutral spelling)"
@@ -319,7 +318,7 @@ def _setting_suggestion(setting: str, value: ast.AST | None) -> str:
             "counterpart to ask for"
         )
     if setting == "allow_tf32":
-        if value is not None and _is_true(value):
+        if value is not None and is_true(value):
             return (
                 "keep it (PyTorch's default): it lets cuDNN convolutions use TF32 on CUDA "
                 "and does nothing on a TPU; torch.set_float32_matmul_precision does not touch "
@@ -331,12 +330,12 @@ def _setting_suggestion(setting: str, value: ast.AST | None) -> str:
             "ask for full float32 with torch.tpu.precision(torch.tpu.Precision.HIGHEST)"
         )
     if setting == "matmul.allow_tf32":
-        if value is not None and _is_false(value):
+        if value is not None and is_false(value):
             return (
                 'torch.set_float32_matmul_precision("highest"): full float32 matmuls on CUDA '
                 "(TF32 off, its default) and on TorchTPU (six bf16 passes; its default is one)"
             )
-        if value is not None and not _is_true(value):
+        if value is not None and not is_true(value):
             return f'torch.set_float32_matmul_precision("high" if {shown} else "highest")'
         return (
             'keep it, under `if device.type == "cuda":`. In torch 2.13 this line also sets '
@@ -348,8 +347,8 @@ def _setting_suggestion(setting: str, value: ast.AST | None) -> str:
     if setting == "enabled":
         return "keep it: it switches cuDNN on CUDA GPUs and does nothing elsewhere"
     if setting == "sdp_kernel":
-        return "torch.nn.attention.sdpa_kernel(...), " + _GUARD_ADVICE
-    return f"remove it, {_GUARD_ADVICE}"
+        return "torch.nn.attention.sdpa_kernel(...), " + GUARD_ADVICE
+    return f"remove it, {GUARD_ADVICE}"
 
 
 # `torch.backends.cuda` calls that only choose among CUDA kernels: nothing to lose elsewhere.
@@ -366,16 +365,16 @@ def _harmless_off_cuda(setting: str, value: ast.AST) -> bool:
     if setting in {"benchmark", "enabled"}:
         return True  # autotuning and the cuDNN switch: CUDA kernels only, no result changes
     if setting == "allow_tf32":
-        return _is_true(value)  # TF32 for cuDNN convolutions: a TPU's default is coarser still
+        return is_true(value)  # TF32 for cuDNN convolutions: a TPU's default is coarser still
     # `matmul.allow_tf32 = True` is not harmless: in torch 2.13 it also sets the global float32
     # matmul precision to "high", which TorchTPU may read as three passes.
     if setting == "deterministic":
-        return _is_false(value)  # non-determinism allowed: the default everywhere
+        return is_false(value)  # non-determinism allowed: the default everywhere
     return False
 
 
 def _check_backend_setting(
-    audit: _Auditor, node: ast.AST, prefix: str, rule: str, what: str
+    audit: Auditor, node: ast.AST, prefix: str, rule: str, what: str
 ) -> None:
     if isinstance(node, ast.Assign):
         pairs: list[tuple[ast.AST, ast.AST]] = []
@@ -431,12 +430,12 @@ def _check_backend_setting(
             "keep it: reading a setting is harmless; where it is set, see that line",
             severity=NOTE,
         )
-    elif name is not None and name.startswith(prefix) and name not in _CUDA_PROBES:
+    elif name is not None and name.startswith(prefix) and name not in CUDA_PROBES:
         audit.report(
             rule, node, f"`{name}` {what}", _setting_suggestion(name.removeprefix(prefix), None)
         )
-    elif name in _CUDA_PROBES and name is not None and name.startswith(prefix):
-        audit.report(rule, node, f"`{name}` {what}", _PROBE_ADVICE)
+    elif name in CUDA_PROBES and name is not None and name.startswith(prefix):
+        audit.report(rule, node, f"`{name}` {what}", PROBE_ADVICE)
 
 
 # The settings that hold plain values, and so can be read without effect (the others, like
@@ -452,57 +451,57 @@ def _is_a_setting_value(name: str) -> bool:
     return name.startswith("torch.backends.cuda.matmul.")
 
 
-def _check_cudnn_setting(audit: _Auditor, node: ast.AST) -> None:
+def _check_cudnn_setting(audit: Auditor, node: ast.AST) -> None:
     _check_backend_setting(
         audit, node, "torch.backends.cudnn.", "cudnn-setting", "configures cuDNN, a CUDA library"
     )
 
 
-def _check_cuda_backend_setting(audit: _Auditor, node: ast.AST) -> None:
+def _check_cuda_backend_setting(audit: Auditor, node: ast.AST) -> None:
     _check_backend_setting(
         audit, node, "torch.backends.cuda.", "cuda-backend-setting", "configures CUDA kernels only"
     )
 
 
-def _check_device_string(audit: _Auditor, node: ast.AST) -> None:
+def _check_device_string(audit: Auditor, node: ast.AST) -> None:
     if isinstance(node, ast.Call):
         name = audit.qualify(node.func)
         method = node.func.attr if isinstance(node.func, ast.Attribute) else None
         if method == "to":
             for argument in node.args:
                 audit.check_device_value(argument, as_type=False)
-        if name in _DEVICE_FIRST_ARGUMENT and node.args:
-            audit.check_device_value(node.args[0], as_type=_DEVICE_FIRST_ARGUMENT[name])
+        if name in DEVICE_FIRST_ARGUMENT and node.args:
+            audit.check_device_value(node.args[0], as_type=DEVICE_FIRST_ARGUMENT[name])
         if name == "torch.device" and len(node.args) == 2:  # torch.device(device_type, rank)
-            index = _rank_index(node.args[1])
-            if index is not None and _string_value(node.args[0]) is None:
+            index = rank_index(node.args[1])
+            if index is not None and string_value(node.args[0]) is None:
                 audit.report(
                     "set-device-index",
                     node,
-                    f"`{_shown(node)}` names the device at the rank's own index; "
+                    f"`{code_of(node)}` names the device at the rank's own index; "
                     f"{ONE_DEVICE_PER_PROCESS}",
                     per_rank_advice(index),
                     per_rank=True,
                 )
-        not_devices = _choices_are_not_devices(node)
+        not_devices = choices_are_not_devices(node)
         for keyword in node.keywords:
-            if keyword.arg in _DEVICE_KEYWORDS and not (keyword.arg == "default" and not_devices):
+            if keyword.arg in DEVICE_KEYWORDS and not (keyword.arg == "default" and not_devices):
                 if keyword.arg == "map_location" and isinstance(keyword.value, ast.Dict):
                     values = [*keyword.value.keys, *keyword.value.values]
-                    if any(v is not None and _is_cuda_device_text(v) for v in values):
+                    if any(v is not None and is_cuda_device_text(v) for v in values):
                         audit.report(
                             "cuda-device-string",
                             keyword.value,
-                            f"map_location {_shown(keyword.value)} names CUDA GPUs only",
+                            f"map_location {code_of(keyword.value)} names CUDA GPUs only",
                             f"map_location=device, where {CHOOSE_DEVICE}",
                         )
                     continue
-                audit.check_device_value(keyword.value, as_type=_DEVICE_KEYWORDS[keyword.arg])
+                audit.check_device_value(keyword.value, as_type=DEVICE_KEYWORDS[keyword.arg])
             elif keyword.arg == "type" and name == "torch.device":
                 audit.check_device_value(keyword.value, as_type=False)
     elif isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        names = {_last_name(target) for target in targets}
+        names = {last_name(target) for target in targets}
         as_type = any("type" in name for name in names) or bool(
             names & audit.facts.device_type_names
         )
@@ -513,8 +512,8 @@ def _check_device_string(audit: _Auditor, node: ast.AST) -> None:
             audit.check_device_value(node.value, as_type=False)
     elif isinstance(node, ast.Dict):
         for key, value in zip(node.keys, node.values, strict=True):
-            key_text = _string_value(key) if key is not None else None
-            if key_text in _DEVICE_DICT_KEYS:
+            key_text = string_value(key) if key is not None else None
+            if key_text in DEVICE_DICT_KEYS:
                 audit.check_device_value(value, as_type=key_text == "device_type")
     elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
         for default in [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]:
@@ -545,9 +544,9 @@ _TENSOR_FACTORIES = frozenset(
 )
 
 
-def _check_pin_memory(audit: _Auditor, call: ast.Call) -> None:
+def _check_pin_memory(audit: Auditor, call: ast.Call) -> None:
     for keyword in call.keywords:
-        if keyword.arg == "pin_memory" and _is_true(keyword.value):
+        if keyword.arg == "pin_memory" and is_true(keyword.value):
             if (audit.qualify(call.func) or "") not in _TENSOR_FACTORIES:
                 audit.report(
                     "pin-memory",
@@ -575,22 +574,22 @@ def _check_pin_memory(audit: _Auditor, call: ast.Call) -> None:
         )
 
 
-def _check_device_module_call(audit: _Auditor, call: ast.Call) -> None:
+def _check_device_module_call(audit: Auditor, call: ast.Call) -> None:
     """`device_module.synchronize()` where `device_module = torch.get_device_module(...)`: on
     TorchTPU the module is `torch.tpu`, whose CUDA-style device calls raise in 0.2.0."""
     func = call.func
     if not isinstance(func, ast.Attribute):
         return
     holder = func.value
-    parts = _dotted_parts(holder)
+    parts = dotted_parts(holder)
     bound = parts is not None and ".".join(parts) in audit.facts.device_module_names
     direct = (
         isinstance(holder, ast.Call) and audit.qualify(holder.func) == "torch.get_device_module"
     )
     argument = holder.args[0] if direct and holder.args else None  # type: ignore[union-attr]
-    named = argument is not None and _string_value(argument) is not None
+    named = argument is not None and string_value(argument) is not None
     # ("cuda"): CUDA's own module, whose calls need CUDA; --fix must not port a check over it.
-    names_cuda = argument is not None and _is_cuda_device_text(argument)
+    names_cuda = argument is not None and is_cuda_device_text(argument)
     if not (bound or (direct and (not named or names_cuda))):
         return
     entry = equivalent_for(func.attr)
@@ -605,12 +604,12 @@ def _check_device_module_call(audit: _Auditor, call: ast.Call) -> None:
     audit.report(
         "device-module-call",
         call,
-        f"`{_shown(func, 60)}()` calls {whose}",
+        f"`{code_of(func, 60)}()` calls {whose}",
         entry.note if "get_device_module" in entry.replacement else entry.replacement,
     )
 
 
-def _check_compile_mode(audit: _Auditor, call: ast.Call) -> None:
+def _check_compile_mode(audit: Auditor, call: ast.Call) -> None:
     """`torch.compile(..., mode=...)` or `module.compile(mode=...)`: TorchTPU 0.2.0 takes only
     its own backend options and raises TypeError on `mode=`."""
     is_compile = audit.qualify(call.func) == "torch.compile" or (
@@ -619,7 +618,7 @@ def _check_compile_mode(audit: _Auditor, call: ast.Call) -> None:
     if not is_compile:
         return
     for keyword in call.keywords:
-        mode = _string_value(keyword.value)
+        mode = string_value(keyword.value)
         # A literal mode only: `mode="default"` is dropped before a non-inductor backend, and
         # a computed one (`... if device.type == "cuda" else None`) is the port itself.
         if keyword.arg == "mode" and mode is not None and mode != "default":
@@ -631,17 +630,17 @@ def _check_compile_mode(audit: _Auditor, call: ast.Call) -> None:
             audit.report(
                 "compile-mode",
                 keyword,
-                f"`mode={_shown(keyword.value, 30)}`{why}: TorchTPU 0.2.0's torch.compile takes "
+                f"`mode={code_of(keyword.value, 30)}`{why}: TorchTPU 0.2.0's torch.compile takes "
                 'only its backend\'s options, and mode="reduce-overhead" raises TypeError there',
             )
 
 
-def _check_integer_device(audit: _Auditor, call: ast.Call) -> None:
+def _check_integer_device(audit: Auditor, call: ast.Call) -> None:
     if not (isinstance(call.func, ast.Attribute) and call.func.attr == "to"):
         # `torch.tensor(..., device=rank)`, `torch.zeros(n, device=local_rank)`: a rank's own
         # index as the device, which a TorchTPU rank does not have.
         for keyword in call.keywords:
-            index = _rank_index(keyword.value) if keyword.arg == "device" else None
+            index = rank_index(keyword.value) if keyword.arg == "device" else None
             if index is not None:
                 audit.report(
                     "to-int-device",
@@ -659,11 +658,11 @@ def _check_integer_device(audit: _Auditor, call: ast.Call) -> None:
             and not isinstance(argument.value, bool)
         ):
             shown = str(argument.value)
-        elif isinstance(argument, ast.Call) and _dotted_parts(argument.func) == ["int"]:
-            shown = _shown(argument)
+        elif isinstance(argument, ast.Call) and dotted_parts(argument.func) == ["int"]:
+            shown = code_of(argument)
         else:
-            parts = _dotted_parts(argument)
-            if parts is None or not _RANK_LIKE_NAME.search(parts[-1]):
+            parts = dotted_parts(argument)
+            if parts is None or not RANK_LIKE_NAME.search(parts[-1]):
                 continue
             shown = ".".join(parts)
         audit.report(
@@ -674,8 +673,8 @@ def _check_integer_device(audit: _Auditor, call: ast.Call) -> None:
         )
 
 
-def _check_set_device(audit: _Auditor, call: ast.Call) -> None:
-    if _last_name(call.func) not in {"set_device", "set_device_index"}:
+def _check_set_device(audit: Auditor, call: ast.Call) -> None:
+    if last_name(call.func) not in {"set_device", "set_device_index"}:
         return
     qualified = audit.qualify(call.func) or ""
     if qualified in {
@@ -684,12 +683,12 @@ def _check_set_device(audit: _Auditor, call: ast.Call) -> None:
     }:
         # The portable call this rule recommends, unless it is handed a rank's index itself.
         index = call.args[0] if call.args else None
-        shown = _rank_index(index) if index is not None else None
+        shown = rank_index(index) if index is not None else None
         if shown is not None:
             audit.report(
                 "set-device-index",
                 call,
-                f"`{_shown(call.func, 40)}({shown})` sets a rank's own index; on TorchTPU each "
+                f"`{code_of(call.func, 40)}({shown})` sets a rank's own index; on TorchTPU each "
                 "process sees one device, index 0, and another index raises",
                 per_rank_advice(shown),
                 per_rank=True,
@@ -704,18 +703,18 @@ def _check_set_device(audit: _Auditor, call: ast.Call) -> None:
     if isinstance(argument, ast.Constant) and argument.value == 0:
         return
     audit.silence(call.func)  # one finding for torch.cuda.set_device(rank)
-    shown = _shown(argument, 30)
+    shown = code_of(argument, 30)
     audit.report(
         "set-device-index",
         call,
-        f"`{_shown(call.func, 40)}({shown})` picks a device by index; on TorchTPU "
+        f"`{code_of(call.func, 40)}({shown})` picks a device by index; on TorchTPU "
         "set_device(i) for another index raises",
         per_rank_advice(shown),
         per_rank=True,
     )
 
 
-def _check_process_group_backend(audit: _Auditor, node: ast.AST) -> None:
+def _check_process_group_backend(audit: Auditor, node: ast.AST) -> None:
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
         # `def init_dist(launcher, backend="nccl")`: the default every caller gets.
         arguments = node.args
@@ -729,11 +728,12 @@ def _check_process_group_backend(audit: _Auditor, node: ast.AST) -> None:
             *zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True),
         ]
         for argument, default in pairs:
-            if default is not None and "backend" in argument.arg and _is_nccl(default):
+            if default is not None and "backend" in argument.arg and is_nccl(default):
                 audit.report(
                     "nccl-backend",
                     default,
-                    f"the default {argument.arg}={_shown(default)} is a backend for CUDA GPUs only",
+                    f"the default {argument.arg}={code_of(default)} is a backend for "
+                    "CUDA GPUs only",
                     f"{argument.arg}=None, passed on as init_process_group(backend=...): "
                     "PyTorch then picks one per device type",
                 )
@@ -744,19 +744,19 @@ def _check_process_group_backend(audit: _Auditor, node: ast.AST) -> None:
             isinstance(target, ast.Attribute) and "backend" in target.attr
             for target in node.targets
         )
-        if (names & audit.facts.backend_names or names_a_backend) and _is_nccl(node.value):
+        if (names & audit.facts.backend_names or names_a_backend) and is_nccl(node.value):
             audit.report(
                 "nccl-backend",
                 node.value,
-                f"backend {_shown(node.value)} (passed to init_process_group later) exists for "
+                f"backend {code_of(node.value)} (passed to init_process_group later) exists for "
                 "CUDA GPUs only",
             )
         return
     call: ast.Call = node  # type: ignore[assignment]
-    last = _last_name(call.func)
+    last = last_name(call.func)
     if last == "add_argument":
         for keyword in call.keywords:
-            if keyword.arg == "default" and _string_value(keyword.value) == "nccl":
+            if keyword.arg == "default" and string_value(keyword.value) == "nccl":
                 audit.report(
                     "nccl-backend",
                     keyword.value,
@@ -765,15 +765,15 @@ def _check_process_group_backend(audit: _Auditor, node: ast.AST) -> None:
                     "PyTorch then picks one per device type",
                 )
         return
-    if last not in _BACKEND_CALLS:
+    if last not in BACKEND_CALLS:
         return
     candidates = [kw.value for kw in call.keywords if kw.arg == "backend"]
     if last == "init_process_group":
         candidates += call.args[:1]
     for value in candidates:
-        if _is_nccl(value):
+        if is_nccl(value):
             audit.report(
-                "nccl-backend", value, f"backend {_shown(value)} exists for CUDA GPUs only"
+                "nccl-backend", value, f"backend {code_of(value)} exists for CUDA GPUs only"
             )
 
 
@@ -787,30 +787,30 @@ def _is_index_zero(value: ast.AST) -> bool:
     )
 
 
-def _check_ddp_device_ids(audit: _Auditor, call: ast.Call) -> None:
-    if _last_name(call.func) == "barrier":
+def _check_ddp_device_ids(audit: Auditor, call: ast.Call) -> None:
+    if last_name(call.func) == "barrier":
         for keyword in call.keywords:
             value = keyword.value
-            if keyword.arg == "device_ids" and not _is_none(value) and not _is_index_zero(value):
+            if keyword.arg == "device_ids" and not is_none(value) and not _is_index_zero(value):
                 audit.report(
                     "ddp-device-ids",
                     keyword,
-                    f"`barrier(device_ids={_shown(value, 30)})` names a device by its CUDA "
+                    f"`barrier(device_ids={code_of(value, 30)})` names a device by its CUDA "
                     f"index; {ONE_DEVICE_PER_PROCESS}",
                     "init_process_group(..., device_id=device) once, then dist.barrier() "
                     "without device_ids",
                     per_rank=True,
                 )
         return
-    if _last_name(call.func) not in _DDP_NAMES:
+    if last_name(call.func) not in DDP_NAMES:
         return
     for keyword in call.keywords:
-        if keyword.arg in {"device_ids", "output_device"} and not _is_none(keyword.value):
-            single_process = _last_name(call.func) == "DataParallel"
+        if keyword.arg in {"device_ids", "output_device"} and not is_none(keyword.value):
+            single_process = last_name(call.func) == "DataParallel"
             audit.report(
                 "ddp-device-ids",
                 keyword,
-                f"`{keyword.arg}={_shown(keyword.value, 30)}` names CUDA GPUs by index"
+                f"`{keyword.arg}={code_of(keyword.value, 30)}` names CUDA GPUs by index"
                 + (
                     " for DataParallel, which splits a batch over GPUs in one process"
                     if single_process
@@ -823,8 +823,8 @@ def _check_ddp_device_ids(audit: _Auditor, call: ast.Call) -> None:
             )
 
 
-def _check_float64(audit: _Auditor, call: ast.Call) -> None:
-    if _names_the_cpu(call):
+def _check_float64(audit: Auditor, call: ast.Call) -> None:
+    if names_the_cpu(call):
         return
     func = call.func
     method = func.attr if isinstance(func, ast.Attribute) else None
@@ -839,7 +839,7 @@ def _check_float64(audit: _Auditor, call: ast.Call) -> None:
     tail = "" if severity == MUST_CHANGE else " (nothing in this file names a device: a note)"
     if is_double:
         receiver = func.value  # type: ignore[union-attr]
-        if not (isinstance(receiver, ast.Call) and _names_the_cpu(receiver)):
+        if not (isinstance(receiver, ast.Call) and names_the_cpu(receiver)):
             audit.report(
                 "float64",
                 func,
@@ -849,23 +849,23 @@ def _check_float64(audit: _Auditor, call: ast.Call) -> None:
                 at_attribute=True,
             )
     for value in dtype_values:
-        if audit.qualify(value) in _FLOAT64_NAMES:
+        if audit.qualify(value) in FLOAT64_NAMES:
             audit.report(
                 "float64",
                 value,
-                f"`{_shown(value)}` asks for float64, which TPUs cannot run fast" + tail,
+                f"`{code_of(value)}` asks for float64, which TPUs cannot run fast" + tail,
                 severity=severity,
             )
 
 
-def _check_inference_mode(audit: _Auditor, node: ast.AST) -> None:
+def _check_inference_mode(audit: Auditor, node: ast.AST) -> None:
     if isinstance(node, ast.With | ast.AsyncWith):
         candidates = [item.context_expr for item in node.items]
     else:
         candidates = list(node.decorator_list)  # type: ignore[attr-defined]
     for candidate in candidates:
         target = candidate.func if isinstance(candidate, ast.Call) else candidate
-        if audit.qualify(target) not in _INFERENCE_MODE_NAMES:
+        if audit.qualify(target) not in INFERENCE_MODE_NAMES:
             continue
         if audit.facts.compiles:
             audit.report(
@@ -897,7 +897,7 @@ _HARMLESS_CUDA_VARIABLES = frozenset(
 )
 
 
-def _check_cuda_environment(audit: _Auditor, node: ast.AST) -> None:
+def _check_cuda_environment(audit: Auditor, node: ast.AST) -> None:
     if isinstance(node, ast.Subscript):
         key = node.slice
         container = node.value
@@ -906,11 +906,11 @@ def _check_cuda_environment(audit: _Auditor, node: ast.AST) -> None:
         container = node.func
     else:
         return
-    text = _string_value(key)
+    text = string_value(key)
     if text is None or not text.startswith("CUDA_"):
         return
-    name = audit.qualify(container) or ".".join(_dotted_parts(container) or [])
-    if (isinstance(node, ast.Subscript) and name == "os.environ") or name in _ENVIRON_CALLS:
+    name = audit.qualify(container) or ".".join(dotted_parts(container) or [])
+    if (isinstance(node, ast.Subscript) and name == "os.environ") or name in ENVIRON_CALLS:
         harmless = text in _HARMLESS_CUDA_VARIABLES
         audit.report(
             "cuda-env-var",
@@ -922,7 +922,7 @@ def _check_cuda_environment(audit: _Auditor, node: ast.AST) -> None:
         )
 
 
-def _check_cuda_only_package(audit: _Auditor, node: ast.Import | ast.ImportFrom) -> None:
+def _check_cuda_only_package(audit: Auditor, node: ast.Import | ast.ImportFrom) -> None:
     if isinstance(node, ast.ImportFrom):
         modules = [node.module or ""] if not node.level else []
     else:
@@ -952,12 +952,12 @@ _CUDA_WORD = re.compile(r"(?:^|_)cuda(?:_|$)", re.IGNORECASE)
 _NOT_A_CUDA_HELPER = re.compile(r"_|(?:is|has|use|on)_", re.IGNORECASE)
 
 
-def _check_cuda_named_helper(audit: _Auditor, call: ast.Call) -> None:
+def _check_cuda_named_helper(audit: Auditor, call: ast.Call) -> None:
     """A call of an imported function named for CUDA: the audit does not read its body."""
     function = call.func
     if not isinstance(function, ast.Name | ast.Attribute):
         return
-    last = _last_name(function)
+    last = last_name(function)
     if last.lower() == "cuda" or not _CUDA_WORD.search(last) or _NOT_A_CUDA_HELPER.match(last):
         return
     name = audit.qualify(function)
@@ -974,21 +974,21 @@ def _check_cuda_named_helper(audit: _Auditor, call: ast.Call) -> None:
 _SCALERS = frozenset({"GradScaler", "ShardedGradScaler"})
 
 
-def _check_grad_scaler_default(audit: _Auditor, call: ast.Call) -> None:
+def _check_grad_scaler_default(audit: Auditor, call: ast.Call) -> None:
     name = audit.qualify(call.func)
-    if name is None or _last_name(call.func) not in _SCALERS:
+    if name is None or last_name(call.func) not in _SCALERS:
         return
     if not name.startswith("torch.") or name.startswith("torch.cuda."):
         return  # torch.cuda.amp.GradScaler is the cuda-amp rule's
     if call.args or any(
-        keyword.arg in {"device", None} or (keyword.arg == "enabled" and _is_false(keyword.value))
+        keyword.arg in {"device", None} or (keyword.arg == "enabled" and is_false(keyword.value))
         for keyword in call.keywords
     ):
         return  # the device is named, or the scaler is off
     audit.report(
         "grad-scaler-default",
         call,
-        f"`{_last_name(call.func)}()` defaults to device='cuda': off CUDA it switches itself "
+        f"`{last_name(call.func)}()` defaults to device='cuda': off CUDA it switches itself "
         "off with a UserWarning (a note: right where autocast is bfloat16, TorchTPU's default; "
         "with float16 autocast the run would go unscaled)",
     )
@@ -996,28 +996,6 @@ def _check_grad_scaler_default(audit: _Auditor, call: ast.Call) -> None:
 
 # --------------------------------------------------------------------------------------------
 # The rule table: each rule written once; RULES and the module docstring come from it
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One audit rule: its id, default severity, a one-line description, the syntax node types
-    it looks at, the check run on each such node, the default advice, and what `--fix` does
-    with its findings."""
-
-    id: str
-    severity: str
-    description: str
-    node_types: tuple[type[ast.AST], ...]
-    check: Callable[[Any, Any], None] | None
-    advice: str
-    # What `--fix` does with the rule's findings: REWRITE, LEAVE or LEAVE_CUDA_ONLY.
-    fix: str
-
-    def __post_init__(self) -> None:
-        if self.fix not in FIX_ACTIONS:
-            raise ValueError(
-                f"rule {self.id!r}: fix must be one of {FIX_ACTIONS}, got {self.fix!r}"
-            )
 
 
 _NAMES = (ast.Name, ast.Attribute)
@@ -1101,7 +1079,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         "a `torch.backends.cudnn` setting; the advice follows the value assigned",
         (*_NAMES, ast.Assign),
         _check_cudnn_setting,
-        f"remove it, {_GUARD_ADVICE}",
+        f"remove it, {GUARD_ADVICE}",
         LEAVE,
     ),
     Rule(
@@ -1110,7 +1088,7 @@ RULE_TABLE: tuple[Rule, ...] = (
         "a `torch.backends.cuda` setting (matmul.allow_tf32, ...); advice follows the value",
         (*_NAMES, ast.Assign),
         _check_cuda_backend_setting,
-        f"remove it, {_GUARD_ADVICE}",
+        f"remove it, {GUARD_ADVICE}",
         LEAVE,
     ),
     Rule(
@@ -1298,4 +1276,4 @@ def _checks_by_node_type() -> dict[type, tuple[Callable[[Any, Any], None], ...]]
     return {node_type: tuple(checks) for node_type, checks in table.items()}
 
 
-_CHECKS_BY_NODE_TYPE = _checks_by_node_type()
+CHECKS_BY_NODE_TYPE = _checks_by_node_type()

@@ -1,0 +1,2 @@
+"""The book's calculators: chips, collectives, plans, rooflines, buckets, alignment, serving, KV
+caches."""

@@ -1,0 +1,2 @@
+"""What runs the book's code: the device choice, launchers, timing, background programs, the network
+guard."""
