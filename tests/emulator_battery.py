@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from tpuready import emulator
-from tpuready.inspect.check import _matmul_in_bf16_passes
+from tpuready.inspection.check import matmul_in_bf16_passes
 
 results: dict[str, Any] = {}
 
@@ -111,18 +111,18 @@ def _() -> dict[str, Any]:
     for precision, passes in (("medium", 1), ("high", 3), ("highest", 6)):
         torch.set_float32_matmul_precision(precision)
         on_device = (left.to("tpu") @ right.to("tpu")).cpu()
-        model = _matmul_in_bf16_passes(left, right, passes)
+        model = matmul_in_bf16_passes(left, right, passes)
         error = float((on_device.double() - exact).norm() / exact.norm())
         found[str(passes)] = {"equals_model": torch.equal(on_device, model), "error": error}
     torch.set_float32_matmul_precision("highest")
     with torch.tpu.precision(torch.tpu.Precision.DEFAULT):
         block = (left.to("tpu") @ right.to("tpu")).cpu()
     found["precision_block_equals_1_pass"] = torch.equal(
-        block, _matmul_in_bf16_passes(left, right, 1)
+        block, matmul_in_bf16_passes(left, right, 1)
     )
     torch.set_float32_matmul_precision("medium")
     linear = torch.nn.functional.linear(left.to("tpu"), right.t().to("tpu")).cpu()
-    found["linear_equals_1_pass"] = torch.equal(linear, _matmul_in_bf16_passes(left, right, 1))
+    found["linear_equals_1_pass"] = torch.equal(linear, matmul_in_bf16_passes(left, right, 1))
     found["bf16_inputs_unchanged"] = torch.equal(
         (left.bfloat16().to("tpu") @ right.bfloat16().to("tpu")).cpu(),
         left.bfloat16() @ right.bfloat16(),
@@ -431,7 +431,7 @@ def _() -> dict[str, str | None]:
 
     from torch.tpu.distributed import set_tpu_launch_env
 
-    from tpuready.emulator.distributed import _create_backend
+    from tpuready.emulator.distributed import create_backend
 
     results = {
         "2": error_of(lambda: set_tpu_launch_env(nnodes=1, nproc_per_node=2)),
@@ -441,7 +441,7 @@ def _() -> dict[str, str | None]:
     }
     # This process set the variables itself, after it started: too late for a rank of it.
     store = torch.distributed.HashStore()
-    results["set_in_the_rank"] = error_of(lambda: _create_backend(store, 0, 2, timedelta(1)))
+    results["set_in_the_rank"] = error_of(lambda: create_backend(store, 0, 2, timedelta(1)))
     return results
 
 

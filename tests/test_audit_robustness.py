@@ -219,7 +219,7 @@ def test_text_with_no_trigger_word_that_does_not_parse_is_still_reported(source:
     assert finding.rule == "syntax-error"
     with pytest.raises(SyntaxError) as parser_error:
         sources.parse_python(source)
-    expected = audit._syntax_error_finding(parser_error.value, source, "", None)
+    expected = audit.syntax_error_finding(parser_error.value, source, "", None)
     assert finding.message == expected.message
 
 
@@ -233,7 +233,7 @@ def test_text_with_no_trigger_word_prints_no_compiler_warning(
 @pytest.mark.parametrize("line_end", ["\n", "\r\n", "\r"])
 def test_trigger_lines_count_lines_as_the_parser_does(line_end: str) -> None:
     source = line_end.join(["import torch", "\x0cx = 1", "y = x.cuda()", "z = 2", "w = tc.x"])
-    assert audit._trigger_lines(source, {"tc": "torch.cuda"}) == [3, 5]
+    assert audit.trigger_lines(source, {"tc": "torch.cuda"}) == [3, 5]
     assert [f.line for f in audit.audit_code(source)] == [3]
 
 

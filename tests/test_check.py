@@ -1,4 +1,4 @@
-"""Tests for tpuready.inspect.check: the book's relative error and the bf16-passes model of
+"""Tests for tpuready.inspection.check: the book's relative error and the bf16-passes model of
 TorchTPU."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tpuready.inspect.check import (
+from tpuready.inspection.check import (
     BFLOAT16_UNIT_ROUNDOFF,
     FLOAT32_UNIT_ROUNDOFF,
     MATMUL_PASSES,
@@ -359,7 +359,7 @@ def test_device_unit_roundoff_on_a_tpu_is_one_pass() -> None:
     # A fresh process: naming the PrivateUse1 backend "tpu" cannot be undone.
     script = (
         "import torch\n"
-        "from tpuready.inspect.check import device_matmul_unit_roundoff\n"
+        "from tpuready.inspection.check import device_matmul_unit_roundoff\n"
         "torch.utils.rename_privateuse1_backend('tpu')\n"
         "torch.set_float32_matmul_precision('highest')\n"
         "print(device_matmul_unit_roundoff(torch.device('tpu')))\n"

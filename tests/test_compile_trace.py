@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tpuready.inspect.compile_trace import Compilation, CompileTraceError, read_compilations
+from tpuready.inspection.compile_trace import Compilation, CompileTraceError, read_compilations
 
 SCRIPT = """
 import torch

@@ -1,4 +1,4 @@
-"""Tests for tpuready.inspect.dispatch: the operator recorder used in chapter 2 and later."""
+"""Tests for tpuready.inspection.dispatch: the operator recorder used in chapter 2 and later."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tpuready.inspect.dispatch import OpRecorder, RecordedOp, format_counts
+from tpuready.inspection.dispatch import OpRecorder, RecordedOp, format_counts
 
 
 def test_records_one_call_with_shapes_and_dtypes() -> None:

@@ -268,7 +268,7 @@ def test_an_operator_the_cpu_cannot_run_raises_naming_it(battery: dict[str, Any]
 
 
 def test_float32_matmuls_run_as_1_3_or_6_bf16_passes(battery: dict[str, Any]) -> None:
-    """Each pass count gives exactly tpuready.inspect.check's CPU model of the passes, and errors
+    """Each pass count gives exactly tpuready.inspection.check's CPU model of the passes, and errors
     that shrink as bf16 rounding predicts (u = 2**-8 per piece)."""
     passes = seen(battery, "matmul_passes")
     for count in ("1", "3", "6"):
@@ -575,7 +575,7 @@ def test_collectives_on_the_emulated_tpu_equal_gloo_on_the_cpu() -> None:
 def test_dtensor_and_fsdp2_on_the_emulated_tpu_and_reshard_frees_memory() -> None:
     import torch
 
-    from tpuready.inspect.check import relative_error
+    from tpuready.inspection.check import relative_error
 
     on_tpu, on_cpu = on_a_v5p_host_and_on_the_cpu("sharded_training")
     for rank in range(2):
@@ -610,7 +610,7 @@ def test_a_multi_device_host_gives_each_rank_its_own_index() -> None:
 
 
 def test_claims_of_jobs_that_ended_long_ago_are_removed(tmp_path: Path) -> None:
-    from tpuready.emulator.state import CLAIMS_PREFIX, STALE_CLAIMS_SECONDS, _remove_stale_claims
+    from tpuready.emulator.state import CLAIMS_PREFIX, STALE_CLAIMS_SECONDS, remove_stale_claims
 
     old, fresh, other = (
         tmp_path / f"{CLAIMS_PREFIX}old",
@@ -623,7 +623,7 @@ def test_claims_of_jobs_that_ended_long_ago_are_removed(tmp_path: Path) -> None:
     long_ago = old.stat().st_mtime - STALE_CLAIMS_SECONDS - 60
     os.utime(old, (long_ago, long_ago))
     os.utime(other, (long_ago, long_ago))
-    _remove_stale_claims(tmp_path)
+    remove_stale_claims(tmp_path)
     assert not old.exists() and fresh.exists() and other.exists()
 
 

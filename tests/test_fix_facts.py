@@ -135,7 +135,7 @@ def test_binds_device_looks_into_blocks_but_not_into_functions_or_classes(
 def test_the_choice_is_recognised_in_each_spelling_and_nothing_else_is(
     value: str, is_choice: bool
 ) -> None:
-    assert fix_facts._is_the_choice(_expression(value)) is is_choice
+    assert fix_facts.is_the_choice(_expression(value)) is is_choice
 
 
 def _scope(function: str) -> str | None:

@@ -35,8 +35,8 @@ def test_the_names_given_after_a_dropped_backend_follow_init_process_groups_sign
     parameters = list(inspect.signature(torch.distributed.init_process_group).parameters)
     assert parameters[0] == "backend"
     assert (
-        list(fix_rewriter._AFTER_THE_BACKEND)
-        == parameters[1 : 1 + len(fix_rewriter._AFTER_THE_BACKEND)]
+        list(fix_rewriter.AFTER_THE_BACKEND)
+        == parameters[1 : 1 + len(fix_rewriter.AFTER_THE_BACKEND)]
     )
 
 
@@ -226,7 +226,7 @@ def test_a_fix_with_nested_stand_ins_equals_one_without(monkeypatch: pytest.Monk
     ],
 )
 def test_which_statements_bind_device(code: str, binds: bool) -> None:
-    assert fix_rewriter._binds_the_name_device(ast.parse(code).body) is binds
+    assert fix_rewriter.binds_the_name_device(ast.parse(code).body) is binds
 
 
 @pytest.mark.parametrize(

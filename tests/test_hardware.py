@@ -289,7 +289,7 @@ def test_the_v6e_capacity_and_its_note_name_the_same_source_pages() -> None:
     # the v6e page itself states 32 GB, so the reference page can tell the reader both.
     chip = get_chip("v6e")
     assert (chip.hbm_capacity_in_stated_unit, chip.hbm_capacity_unit) == (32, "GiB")
-    assert chip.sources["hbm_bytes"] == hardware._TPU_7X
+    assert chip.sources["hbm_bytes"] == hardware.TPU_7X
     assert "'32 GB'" in chip.notes["hbm_bytes"] and "GiB" in chip.notes["hbm_bytes"]
 
 
@@ -367,7 +367,7 @@ def test_non_string_name_is_a_type_error() -> None:
 def test_an_alias_that_names_two_chips_is_refused() -> None:
     clash = dataclasses.replace(get_chip("h200"), aliases=("H-100",))
     with pytest.raises(ValueError, match="names both"):
-        hardware._build_index((get_chip("h100"), clash))
+        hardware.build_index((get_chip("h100"), clash))
 
 
 ALL_SPELLINGS = [(spelling, chip.name) for chip in CHIPS for spelling in (chip.name, *chip.aliases)]
@@ -389,13 +389,13 @@ def test_any_case_and_spacing_of_a_known_name_resolves(pair, upper, separators) 
     assert get_chip(variant).name == name
 
 
-KNOWN_KEYS = {hardware._normalized(spelling) for spelling, _ in ALL_SPELLINGS}
+KNOWN_KEYS = {hardware.normalized_name(spelling) for spelling, _ in ALL_SPELLINGS}
 
 
 @no_deadline
 @given(st.text(max_size=12))
 def test_any_other_text_raises_a_clear_error(text) -> None:
-    if hardware._normalized(text) in KNOWN_KEYS:
+    if hardware.normalized_name(text) in KNOWN_KEYS:
         return
     with pytest.raises(UnknownChipError, match="known chips: TPU v4"):
         get_chip(text)

@@ -37,7 +37,7 @@ from tpuready.runtime.launch import (
 )
 
 WORKER_FILES = sorted((NOTEBOOK_DIR / "workers").glob("*.py"))
-TOOLKIT_FILES = sorted((REPOSITORY / "tpuready").glob("*.py"))
+TOOLKIT_FILES = sorted((REPOSITORY / "tpuready").rglob("*.py"))
 CUDA = torch.device("cuda")
 
 
@@ -474,7 +474,7 @@ def parsed(path: Path) -> ast.Module:
 
 def test_the_sources_are_found() -> None:
     assert len(WORKER_FILES) >= 7 and len(TOOLKIT_FILES) >= 10
-    assert calls_in(parsed(REPOSITORY / "tpuready" / "launch.py"), "init_process_group")
+    assert calls_in(parsed(REPOSITORY / "tpuready" / "runtime" / "launch.py"), "init_process_group")
 
 
 @pytest.mark.parametrize(

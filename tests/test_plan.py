@@ -23,7 +23,7 @@ from tpuready.calc.plan import (
     ModelConfig,
     Plan,
     PlanError,
-    _gather_stages,
+    gather_stages,
     make_plan,
     shard_len,
 )
@@ -138,7 +138,7 @@ def test_data_axis_all_reduces_fp32_gradients():
 
 def test_nested_all_gather_stages_by_hand():
     # The last axis first: expert gathers 10 into 20, then fsdp gathers 20 into 80.
-    assert _gather_stages(10, [("fsdp", 4), ("expert", 2)]) == [("expert", 20), ("fsdp", 80)]
+    assert gather_stages(10, [("fsdp", 4), ("expert", 2)]) == [("expert", 20), ("fsdp", 80)]
 
 
 def test_data_axis_seconds_price_the_all_reduce_on_its_ring():

@@ -1,4 +1,5 @@
-"""Tests for tpuready.inspect.syncs: what the host-sync counter counts, and the explain wrapper."""
+"""Tests for tpuready.inspection.syncs: what the host-sync counter counts, and the explain
+wrapper."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpuready.inspect.syncs import (
+from tpuready.inspection.syncs import (
     COPY_TO_HOST,
     DATA_DEPENDENT_SHAPE,
     VALUE_READ,

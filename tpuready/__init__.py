@@ -15,7 +15,8 @@ Arrows point one way: `pages` reads `calc` and the audit's tables, `runtime` and
   and step time of a sharded run, chapter 9), `titan` (a plan as TorchTitan flags, chapter 19),
   `buckets` (padding buckets, chapter 12), `alignment` (MXU tiles, chapter 13), `roofline`
   (chapter 15), `serving` (vLLM's TPU buckets, chapter 16), `inference` (KV cache, chapter 17).
-- `inspect`: looking inside a run. `dispatch` (aten operators, chapter 2), `syncs` (host syncs and
+- `inspection`: looking inside a run. `dispatch` (aten operators, chapter 2), `syncs` (host syncs
+and
   graph breaks, chapter 4), `compile_trace` (compilations under `TORCH_TRACE`, chapter 12),
   `check` (the book's relative error and a model of bf16 matmul passes, chapters 1, 3).
 - `audit`: the portability audit (`python -m tpuready audit-source PATH...`, chapter 1) and its

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 __all__ = [
     "CUDA_TO_ACCELERATOR",
+    "NOT_PUBLIC",
+    "PUBLIC",
+    "RAISES",
     "TORCH_TPU_PUBLIC_NAMES",
     "TORCH_TPU_REFUSED_CALLS",
     "TORCH_TPU_REFUSED_FROM_TORCH_2_13",

@@ -1,7 +1,7 @@
 """A masked mean compiled over a stream of batches, padded one way: to trace.
 
 Chapter 12 runs it twice under `TORCH_TRACE` and reads each compilation
-back with `tpuready.inspect.compile_trace.read_compilations`:
+back with `tpuready.inspection.compile_trace.read_compilations`:
 
     TORCH_TRACE=traces/naive python examples/trace_padding.py naive
     TORCH_TRACE=traces/buckets python examples/trace_padding.py buckets

@@ -33,7 +33,7 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as functional_collectives
 import torch.nn.functional as F
 
-from tpuready.inspect.syncs import HostSyncCounter
+from tpuready.inspection.syncs import HostSyncCounter
 from tpuready.runtime.launch import init_rank, rank_device
 
 if not __package__:  # run as a script by torchrun: make `workers` importable

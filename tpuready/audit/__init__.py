@@ -153,7 +153,7 @@ __doc__ = (__doc__ or "") + "".join(
 # Auditing text, files, notebooks
 
 
-def _syntax_error_finding(error: SyntaxError, source: str, path: str, cell: int | None) -> Finding:
+def syntax_error_finding(error: SyntaxError, source: str, path: str, cell: int | None) -> Finding:
     if needs_newer_python(error, source):
         running = f"{sys.version_info.major}.{sys.version_info.minor}"
         message = f"needs Python 3.12 to parse (this is Python {running}): {error.msg}"
@@ -197,7 +197,7 @@ _LINE_END = re.compile(r"\r\n|\r|\n")
 _ALIAS_PATTERNS: dict[str, re.Pattern[str]] = {}
 
 
-def _trigger_lines(source: str, aliases: Mapping[str, str]) -> list[int]:
+def trigger_lines(source: str, aliases: Mapping[str, str]) -> list[int]:
     """The numbers of the lines that hold a trigger word, ascending (lines as `ast` counts
     them: a form feed does not end a line). `str.find` per word: faster than one regex."""
     # "İ".lower() is two characters, which would shift every offset after it.
@@ -248,7 +248,7 @@ def _audit_tree(
         return []
     lines = None if source.isascii() else re.split(r"\r\n|\r|\n", source)
     auditor = Auditor(facts, path, cell, lines, rules=RULE_BY_ID, checks=CHECKS_BY_NODE_TYPE)
-    auditor.run(tree, _trigger_lines(source, facts.aliases))
+    auditor.run(tree, trigger_lines(source, facts.aliases))
     findings = auditor.findings
     ignored = ignored_rules_by_line(source) if findings else {}
     if ignored:
@@ -286,7 +286,7 @@ def _audit_text(source: str, path: str, cell: int | None) -> list[Finding]:
             return []
         tree = parse_python(source)
     except SyntaxError as error:
-        return [_syntax_error_finding(error, source, path, cell)]
+        return [syntax_error_finding(error, source, path, cell)]
     return _audit_tree(tree, source, collect_facts([tree], source), path, cell)
 
 
@@ -321,7 +321,7 @@ def _audit_notebook(notebook_path: Path) -> list[Finding]:
         if number in exempt:
             continue
         if error is not None:
-            findings.append(_syntax_error_finding(error, python, shown, number))
+            findings.append(syntax_error_finding(error, python, shown, number))
         elif tree is not None:
             findings += _audit_tree(tree, python, facts, shown, number)
     return sorted(findings, key=Finding.sort_key)

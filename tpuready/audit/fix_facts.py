@@ -15,6 +15,17 @@ from tpuready.audit.syntax import (
     dotted_parts,
 )
 
+__all__ = [
+    "ModuleFacts",
+    "binds_device",
+    "dotted",
+    "is_the_choice",
+    "module_facts",
+    "scope_kind",
+    "string_value",
+    "walk",
+]
+
 
 def dotted(node: cst.BaseExpression) -> str | None:
     """`a.b.c` for a Name or Attribute chain, else None."""
@@ -214,7 +225,7 @@ def scope_kind(
             *parameters.kwonly_params,
         ]:
             if parameter.name.value == "device":
-                if parameter.default is not None and not _is_the_choice(parameter.default):
+                if parameter.default is not None and not is_the_choice(parameter.default):
                     return "other"
                 annotation = parameter.annotation
                 if annotation is not None and dotted(annotation.annotation) == "torch.device":
@@ -223,18 +234,18 @@ def scope_kind(
     values = _device_values(statements)
     if not values:
         return None
-    if not all(value is not None and _is_the_choice(value) for value in values):
+    if not all(value is not None and is_the_choice(value) for value in values):
         return "other"
     return "unknown" if string_used else "device"
 
 
-def _is_the_choice(value: cst.BaseExpression) -> bool:
+def is_the_choice(value: cst.BaseExpression) -> bool:
     """True for the device choice, or a CUDA choice the fixer turns into it:
     `current_accelerator(...) or ...`, `choose_device()`, `"cuda"`, `torch.device("cuda")`,
     `"cuda" if torch.cuda.is_available() else "cpu"` (also inside `torch.device(...)`), and
     the program's own choice `torch.device(args.device)`: its model is there, so are inputs."""
     if isinstance(value, cst.BooleanOperation):
-        return _is_the_choice(value.left)
+        return is_the_choice(value.left)
     if isinstance(value, cst.Call):
         name = (dotted(value.func) or "").rsplit(".", 1)[-1]
         if name in {"current_accelerator", "choose_device"}:
@@ -242,7 +253,7 @@ def _is_the_choice(value: cst.BaseExpression) -> bool:
         if name != "device" or len(value.args) != 1:
             return False
         argument = value.args[0].value
-        return string_value(argument) is None or _is_the_choice(argument)
+        return string_value(argument) is None or is_the_choice(argument)
     if string_value(value) == "cuda":
         return True
     return isinstance(value, cst.IfExp) and string_value(value.body) == "cuda"

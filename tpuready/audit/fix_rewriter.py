@@ -34,6 +34,26 @@ from tpuready.audit.syntax import (
     DEVICE_KEYWORDS as AUDIT_DEVICE_KEYWORDS,
 )
 
+__all__ = [
+    "AFTER_THE_BACKEND",
+    "CHOOSE_DEVICE",
+    "DEVICE_FIRST_ARGUMENT",
+    "DEVICE_KEYWORDS",
+    "DEVICE_LINE",
+    "DIRECT",
+    "NEEDS_AN_ACCELERATOR",
+    "Change",
+    "Protection",
+    "Rewriter",
+    "StatementPositions",
+    "binds_the_name_device",
+    "direct_replacements",
+    "insertion_index",
+    "is_import_line",
+    "put_back",
+    "stand_in_text",
+]
+
 CHOOSE_DEVICE = DEVICE_CHOICE  # the expression `--fix` writes where a device is chosen
 # The statement `--fix` adds, wrapped as chapter 1 writes it so it fits a 79-column file.
 DEVICE_LINE = (
@@ -858,7 +878,7 @@ DEVICE_KEYWORDS = {
 
 
 # `init_process_group`'s parameters after `backend`, in order (torch 2.13).
-_AFTER_THE_BACKEND = ("init_method", "timeout", "world_size", "rank", "store", "group_name")
+AFTER_THE_BACKEND = ("init_method", "timeout", "world_size", "rank", "store", "group_name")
 
 
 def _named_after_the_backend(
@@ -869,11 +889,11 @@ def _named_after_the_backend(
     that cannot be done."""
     named: list[cst.Arg] = []
     for position, (before, after) in enumerate(zip(originals, updated, strict=True)):
-        if before.star or (before.keyword is None and position >= len(_AFTER_THE_BACKEND)):
+        if before.star or (before.keyword is None and position >= len(AFTER_THE_BACKEND)):
             return None
         if before.keyword is None:
             after = after.with_changes(
-                keyword=cst.Name(_AFTER_THE_BACKEND[position]),
+                keyword=cst.Name(AFTER_THE_BACKEND[position]),
                 equal=cst.AssignEqual(
                     whitespace_before=cst.SimpleWhitespace(""),
                     whitespace_after=cst.SimpleWhitespace(""),
@@ -1013,7 +1033,7 @@ def stand_in_text(source: str, finding_lines: frozenset[int]) -> tuple[str, list
         if (
             any(start <= line <= end for line in finding_lines)
             or any(isinstance(node, ast.Import | ast.ImportFrom) for node in statements)
-            or (re.search(r"\bdevice\b", text) and _binds_the_name_device(statements))
+            or (re.search(r"\bdevice\b", text) and binds_the_name_device(statements))
             or "\\" in lines[end - 1][-3:]  # a line continued past the block: leave it
             or lines[start - 1][:column].strip()  # after a header on its line: `if x: y = 1`
             or (start > 1 and lines[start - 2].rstrip("\r\n").endswith("\\"))  # `else: \`
@@ -1051,7 +1071,7 @@ def stand_in_text(source: str, finding_lines: frozenset[int]) -> tuple[str, list
     return "".join(pieces), replaced
 
 
-def _binds_the_name_device(statements: Sequence[ast.stmt]) -> bool:
+def binds_the_name_device(statements: Sequence[ast.stmt]) -> bool:
     """True when the name `device` is bound, deleted or declared anywhere in `statements`:
     the rewrites read a scope's `device` bindings, never its other uses of the name."""
     for statement in statements:

@@ -13,6 +13,12 @@ from tpuready.audit.syntax import (
     Finding,
 )
 
+__all__ = [
+    "format_github",
+    "format_json",
+    "format_text",
+]
+
 # --------------------------------------------------------------------------------------------
 # Reports
 

@@ -59,6 +59,13 @@ from tpuready.audit.syntax import (
     string_value,
 )
 
+__all__ = [
+    "CHECKS_BY_NODE_TYPE",
+    "RULES",
+    "RULE_BY_ID",
+    "RULE_TABLE",
+]
+
 if TYPE_CHECKING:
     from tpuready.audit.walker import Auditor
 

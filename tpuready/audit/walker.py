@@ -41,6 +41,13 @@ from tpuready.audit.syntax import (
     string_value,
 )
 
+__all__ = [
+    "BFLOAT16_OFF_CUDA",
+    "Auditor",
+    "FileFacts",
+    "collect_facts",
+]
+
 # --------------------------------------------------------------------------------------------
 # What a whole file (or notebook) tells every rule
 

@@ -35,7 +35,10 @@ from tpuready.validate import InputError, whole_number
 
 __all__ = [
     "COMMON_DIMENSIONS",
+    "LANES",
     "RULES_OF_THUMB",
+    "STREAMED_ROWS",
+    "SUBLANES",
     "AlignmentError",
     "PaddingAdvice",
     "layout_padded_shape",

@@ -38,6 +38,8 @@ if TYPE_CHECKING:  # torch is imported where it is used: the emulated TPU reads 
     import torch  # while `import torch` itself is still running
 
 __all__ = [
+    "BYTES_PER_GB",
+    "BYTES_PER_GIB",
     "CHIPS",
     "FIELD_LABELS",
     "FIGURE_FIELDS",
@@ -278,7 +280,7 @@ _TPU_V4 = "https://cloud.google.com/tpu/docs/v4"
 _TPU_V5E = "https://cloud.google.com/tpu/docs/v5e"
 _TPU_V5P = "https://cloud.google.com/tpu/docs/v5p"
 _TPU_V6E = "https://cloud.google.com/tpu/docs/v6e"
-_TPU_7X = "https://cloud.google.com/tpu/docs/tpu7x"
+TPU_7X = "https://cloud.google.com/tpu/docs/tpu7x"
 _TPU_ARCHITECTURE = "https://cloud.google.com/tpu/docs/system-architecture-tpu-vm"
 _JAX_CHIP_VERSIONS = (
     "https://docs.jax.dev/en/latest/_autosummary/jax.experimental.pallas.tpu.ChipVersion.html"
@@ -530,7 +532,7 @@ CHIPS: tuple[Chip, ...] = (
             "ici_wraparound_multiple": _SCALING_BOOK_TPUS,
             "dcn_bytes_per_second": _TPU_V6E,
             "peak_bf16_flops_per_second": _TPU_V6E,
-            "hbm_bytes": _TPU_7X,
+            "hbm_bytes": TPU_7X,
             "hbm_bytes_per_second": _TPU_V6E,
             "interconnect_bytes_per_second": _TPU_V6E,
             "matrix_unit_shape": _TPU_V6E,
@@ -580,17 +582,17 @@ CHIPS: tuple[Chip, ...] = (
         ici_ports_per_chip=6,
         ici_wraparound_multiple=4,
         sources={
-            "ici_topology": _TPU_7X,
-            "ici_ports_per_chip": _TPU_7X,
+            "ici_topology": TPU_7X,
+            "ici_ports_per_chip": TPU_7X,
             "ici_wraparound_multiple": _SCALING_BOOK_TPUS,
-            "peak_bf16_flops_per_second": _TPU_7X,
-            "hbm_bytes": _TPU_7X,
-            "hbm_bytes_per_second": _TPU_7X,
-            "interconnect_bytes_per_second": _TPU_7X,
+            "peak_bf16_flops_per_second": TPU_7X,
+            "hbm_bytes": TPU_7X,
+            "hbm_bytes_per_second": TPU_7X,
+            "interconnect_bytes_per_second": TPU_7X,
             "matrix_unit_shape": _MAXTEXT_IRONWOOD,
-            "chips_per_pod": _TPU_7X,
-            "tensor_cores_per_chip": _TPU_7X,
-            "devices_per_chip": _TPU_7X,
+            "chips_per_pod": TPU_7X,
+            "tensor_cores_per_chip": TPU_7X,
+            "devices_per_chip": TPU_7X,
         },
         notes={
             "ici_topology": (
@@ -753,23 +755,23 @@ CHIPS: tuple[Chip, ...] = (
 )
 
 
-def _normalized(name: str) -> str:
+def normalized_name(name: str) -> str:
     """Case-folded, with spaces, hyphens and underscores removed: 'TPU v5e' -> 'tpuv5e'."""
     return re.sub(r"[\s_\-]+", "", name.casefold())
 
 
-def _build_index(chips: tuple[Chip, ...]) -> dict[str, Chip]:
+def build_index(chips: tuple[Chip, ...]) -> dict[str, Chip]:
     index: dict[str, Chip] = {}
     for chip in chips:
         for spelling in (chip.name, *chip.aliases):
-            key = _normalized(spelling)
+            key = normalized_name(spelling)
             if key in index and index[key] is not chip:
                 raise ValueError(f"alias {spelling!r} names both {index[key].name} and {chip.name}")
             index[key] = chip
     return index
 
 
-_INDEX: dict[str, Chip] = _build_index(CHIPS)
+_INDEX: dict[str, Chip] = build_index(CHIPS)
 
 
 def all_chips() -> tuple[Chip, ...]:
@@ -787,7 +789,7 @@ def get_chip(name: str) -> Chip:
     'h100', ...), ignoring case, spaces, hyphens and underscores."""
     if not isinstance(name, str):
         raise TypeError(f"chip name must be a string such as 'TPU v5e', got {name!r}")
-    chip = _INDEX.get(_normalized(name))
+    chip = _INDEX.get(normalized_name(name))
     if chip is None:
         raise UnknownChipError(
             f"unknown chip {name!r}; known chips: {', '.join(known_names())} "

@@ -70,6 +70,7 @@ __all__ = [
     "Plan",
     "PlanError",
     "checked_hbm_headroom",
+    "gather_stages",
     "make_plan",
     "shard_len",
 ]
@@ -412,7 +413,7 @@ def _activation_bytes(model: ModelConfig, mesh: Mapping[str, int], tokens: int) 
     return full, recompute
 
 
-def _gather_stages(shard: int, axes: list[tuple[str, int]]) -> list[tuple[str, int]]:
+def gather_stages(shard: int, axes: list[tuple[str, int]]) -> list[tuple[str, int]]:
     """(axis, elements gathered there) for gathering `shard` elements over nested `axes`, the
     last axis first: each stage gathers what the previous ones have, times its size."""
     stages = []
@@ -502,7 +503,7 @@ def make_plan(
     # gradients reduce-scattered in fp32; then data, tensor and expert.
     dense, experts = groups["dense"], groups["experts"]
     for shard, axes in ((dense, [("fsdp", fsdp), ("expert", expert)]), (experts, [("fsdp", fsdp)])):
-        for name, elements in _gather_stages(shard, axes):
+        for name, elements in gather_stages(shard, axes):
             charge(name, "all-gather", elements * BF16, count=2)
             charge(name, "reduce-scatter", elements * FP32)
     charge("data", "all-reduce", params * FP32)

@@ -62,9 +62,9 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
         "`mm`, `bmm`, `addmm`, `baddbmm` and `linear` on float32 tensors run as one bf16 pass by "
         "default; `set_float32_matmul_precision` 'high' gives 3 passes, 'highest' 6, and "
         "`torch.tpu.precision(...)` overrides a block. The result equals "
-        "`tpuready.inspect.check`'s model of the passes bit for bit. Convolutions and `grouped_mm` "
-        "follow the same rule, the emulator's reading (the notes say matmuls); bf16 matmuls sum "
-        "in float32 and round once.",
+        "`tpuready.inspection.check`'s model of the passes bit for bit. Convolutions and "
+        "`grouped_mm` follow the same rule, the emulator's reading (the notes say matmuls); "
+        "bf16 matmuls sum in float32 and round once.",
         "Device-agnostic code, lines 36-38",
         "test_float32_matmuls_run_as_1_3_or_6_bf16_passes",
     ),
@@ -185,7 +185,7 @@ NOT_EMULATED: tuple[tuple[str, str], ...] = (
     ),
     (
         "Matrix-vector and vector products (`mv`, `addmv`, `dot`) in bf16 passes",
-        "they run in float32, as `tpuready.inspect.check`'s model keeps them; whether TorchTPU "
+        "they run in float32, as `tpuready.inspection.check`'s model keeps them; whether TorchTPU "
         "runs them as passes is not documented",
     ),
     (

@@ -23,7 +23,14 @@ from tpuready.emulator.findings import report
 from tpuready.emulator.host import TORCHTPU
 from tpuready.emulator.state import state
 
-__all__ = ["LAUNCH_VARIABLE", "register", "set_tpu_launch_env", "spmd_safe", "topology_aware_mesh"]
+__all__ = [
+    "LAUNCH_VARIABLE",
+    "create_backend",
+    "register",
+    "set_tpu_launch_env",
+    "spmd_safe",
+    "topology_aware_mesh",
+]
 
 BACKEND_NAMES = ("tpu_dist", "tpu")
 LAUNCH_VARIABLE = "TPUREADY_EMULATED_TPU_LAUNCH"  # "nnodes,nproc_per_node", set in the parent
@@ -79,7 +86,7 @@ def topology_aware_mesh(
     return init_device_mesh("tpu", shape, mesh_dim_names=mesh_dim_names)
 
 
-def _create_backend(store: Any, rank: int, world_size: int, timeout: timedelta) -> Any:
+def create_backend(store: Any, rank: int, world_size: int, timeout: timedelta) -> Any:
     """Make one rank's `tpu_dist` backend: a gloo group, after TorchTPU's launch checks."""
     host = state().host
     if host.model == TORCHTPU and world_size > 1 and state().launch_environment is None:
@@ -153,7 +160,7 @@ def register() -> None:
     if not dist.is_available():
         return
     for name in BACKEND_NAMES:
-        dist.Backend.register_backend(name, _create_backend, devices=["cpu", "tpu"])
+        dist.Backend.register_backend(name, create_backend, devices=["cpu", "tpu"])
     dist.Backend.default_device_backend_map["tpu"] = "tpu_dist"
     library = torch.library.Library("c10d", "IMPL")
     for qualified in torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1"):

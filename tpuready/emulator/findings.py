@@ -38,7 +38,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-__all__ = ["REPORT_VARIABLE", "EmulationReport", "place_in_user_code", "report"]
+__all__ = [
+    "REPORT_VARIABLE",
+    "SECTIONS",
+    "EmulationReport",
+    "place_in_user_code",
+    "report",
+    "report_path",
+]
 
 REPORT_VARIABLE = "TPUREADY_EMULATE_TPU_REPORT"
 _TORCH_DIR = None  # set lazily: the folder of the torch package

@@ -21,7 +21,15 @@ import os
 import re
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_TORCHTPU_HOST", "ENVIRONMENT_VARIABLE", "Host", "parse_host"]
+__all__ = [
+    "DEFAULT_TORCHTPU_HOST",
+    "ENVIRONMENT_VARIABLE",
+    "MULTI_DEVICE",
+    "TORCHTPU",
+    "Host",
+    "host_from_environment",
+    "parse_host",
+]
 
 ENVIRONMENT_VARIABLE = "TPUREADY_EMULATE_TPU"
 DEFAULT_TORCHTPU_HOST = "v6e-8"

@@ -6,7 +6,8 @@ land on the device tensors), then returns the results as `tpu` tensors without c
 the way it does what TorchTPU would, and records what a TPU would not like:
 
 - float32 matmuls (mm, bmm, addmm, baddbmm, convolution, grouped_mm) run as 1, 3 or 6 bf16
-  passes (`tpuready.inspect.check.MATMUL_PASSES`), as TorchTPU runs them by default and when asked;
+  passes (`tpuready.inspection.check.MATMUL_PASSES`), as TorchTPU runs them by default and when
+  asked;
 - tensors on two devices raise, as on CUDA (a CPU scalar is allowed, as there);
 - host syncs, float64 tensors and known gaps go to the report.
 
@@ -26,7 +27,7 @@ import torch
 from tpuready.emulator import memory
 from tpuready.emulator.findings import report
 from tpuready.emulator.state import state
-from tpuready.inspect.check import MATMUL_PASSES
+from tpuready.inspection.check import MATMUL_PASSES
 
 __all__ = ["KNOWN_GAPS", "register"]
 

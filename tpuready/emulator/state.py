@@ -15,7 +15,14 @@ import torch
 
 from tpuready.emulator.host import TORCHTPU, Host
 
-__all__ = ["EmulatorState", "state"]
+__all__ = [
+    "CLAIMS_PREFIX",
+    "PASSES_FOR_PRECISION",
+    "STALE_CLAIMS_SECONDS",
+    "EmulatorState",
+    "remove_stale_claims",
+    "state",
+]
 
 # Float32 matmul passes for each `torch.set_float32_matmul_precision` level, as TorchTPU remaps
 # them: medium -> DEFAULT (1 bf16 pass), high -> HIGH (3), highest -> HIGHEST (6).
@@ -87,7 +94,7 @@ class EmulatorState:
         job = os.environ.get("TORCHELASTIC_RUN_ID") or f"{os.environ.get('MASTER_ADDR', '')}-{port}"
         folder = Path(tempfile.gettempdir()) / f"{CLAIMS_PREFIX}{job}"
         if not folder.exists():
-            _remove_stale_claims(folder.parent)
+            remove_stale_claims(folder.parent)
             folder.mkdir(exist_ok=True)
         claim = folder / f"tpu{index}"
         mine = f"{rank} {os.getpid()}"
@@ -111,7 +118,7 @@ CLAIMS_PREFIX = "tpuready-emulated-host-"
 STALE_CLAIMS_SECONDS = 3600.0  # no job of the book runs an hour: its claims are left over
 
 
-def _remove_stale_claims(parent: Path) -> None:
+def remove_stale_claims(parent: Path) -> None:
     """Remove the claim folders of jobs that ended long ago (ranks exit without clean-up)."""
     import shutil
     import time

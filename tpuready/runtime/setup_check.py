@@ -21,6 +21,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+__all__ = [
+    "MINIMUM_PYTHON",
+    "MYST_LAB_EXTENSION",
+    "NOTEBOOK_SECONDS",
+    "REINSTALL",
+    "SMOKE_TEST_SECONDS",
+    "CheckResult",
+    "check_device",
+    "check_lab_myst",
+    "check_pins",
+    "check_python",
+    "check_ranks",
+    "check_transformers",
+    "main",
+    "rank_count",
+    "read_pins",
+    "run_all",
+    "run_notebook",
+    "verdict",
+]
+
 MINIMUM_PYTHON = (3, 11, 5)  # the oldest release the pins install on (soupsieve needs it)
 REINSTALL = "run `make venv` again (in the workshop bundle: `make venv`), then restart the kernel"
 SMOKE_TEST_SECONDS = 60.0  # ranks start in 3-8 s on a 2-core laptop; this bounds a hang

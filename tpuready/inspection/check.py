@@ -31,6 +31,7 @@ __all__ = [
     "TF32_UNIT_ROUNDOFF",
     "device_matmul_unit_roundoff",
     "emulate_bf16_matmul_passes",
+    "matmul_in_bf16_passes",
     "matmul_unit_roundoff",
     "power_of_ten",
     "relative_error",
@@ -184,7 +185,7 @@ def _split_into_bf16(tensor: torch.Tensor, num_pieces: int) -> list[torch.Tensor
     return pieces
 
 
-def _matmul_in_bf16_passes(left: torch.Tensor, right: torch.Tensor, passes: int) -> torch.Tensor:
+def matmul_in_bf16_passes(left: torch.Tensor, right: torch.Tensor, passes: int) -> torch.Tensor:
     """`left @ right` as `passes` bf16 x bf16 products accumulated in float32, in table order."""
     num_pieces = 1 + max(max(pair) for pair in MATMUL_PASSES[passes])
     left_pieces = _split_into_bf16(left, num_pieces)
@@ -204,17 +205,17 @@ class _MatmulInBf16Passes(torch.autograd.Function):
     def forward(ctx: Any, left: torch.Tensor, right: torch.Tensor, passes: int) -> torch.Tensor:
         ctx.save_for_backward(left, right)
         ctx.passes = passes
-        return _matmul_in_bf16_passes(left, right, passes)
+        return matmul_in_bf16_passes(left, right, passes)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         left, right = ctx.saved_tensors
         grad_left = grad_right = None
         if ctx.needs_input_grad[0]:
-            grad_left = _matmul_in_bf16_passes(grad, right.transpose(-1, -2), ctx.passes)
+            grad_left = matmul_in_bf16_passes(grad, right.transpose(-1, -2), ctx.passes)
             grad_left = grad_left.sum_to_size(left.shape)  # undo broadcasting
         if ctx.needs_input_grad[1]:
-            grad_right = _matmul_in_bf16_passes(left.transpose(-1, -2), grad, ctx.passes)
+            grad_right = matmul_in_bf16_passes(left.transpose(-1, -2), grad, ctx.passes)
             grad_right = grad_right.sum_to_size(right.shape)
         return grad_left, grad_right, None
 
