@@ -70,14 +70,15 @@ def seen(battery: dict[str, Any], name: str) -> Any:
 
 
 def test_every_behaviour_on_the_reference_page_names_a_test_that_exists() -> None:
-    from tpuready.emulator.behaviours import BEHAVIOURS, markdown
+    from tpuready.emulator.behaviours import BEHAVIOURS
+    from tpuready.pages.emulated_tpu import markdown
 
     here = sys.modules[__name__]
     for behaviour in BEHAVIOURS:
         assert callable(getattr(here, behaviour.test, None)), behaviour.test
         assert f"**{behaviour.name}.**" in markdown()
     page = (REPOSITORY / "book" / "reference" / "emulated-tpu.md").read_text()
-    assert "tpuready.emulator.behaviours:markdown" in page
+    assert "tpuready.pages.emulated_tpu:markdown" in page
 
 
 # --- Loading ---------------------------------------------------------------------------

@@ -1,17 +1,17 @@
 """What the emulated TPU emulates, each with its source and its test: the reference page.
 
-The page "The emulated TPU" (`book/reference/emulated-tpu.md`) is generated from these tuples
-when the site is built, and `tests/test_emulator.py` checks that every behaviour names a test
-that exists, so the page, the code and the tests cannot drift apart. Sources are the book's
-notes on TorchTPU 0.2.0 (read from its wheel, documentation and issues; the set-up page
-summarises them), by section and line.
+The page "The emulated TPU" (`book/reference/emulated-tpu.md`) is generated from these tuples (by
+`tpuready.pages.emulated_tpu`) when the site is built, and `tests/test_emulator.py` checks that
+every behaviour names a test that exists, so the page, the code and the tests cannot drift apart.
+Sources are the book's notes on TorchTPU 0.2.0 (read from its wheel, documentation and issues; the
+set-up page summarises them), by section and line.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["BEHAVIOURS", "NEVER_CLAIMED", "NOT_EMULATED", "Behaviour", "markdown"]
+__all__ = ["BEHAVIOURS", "NEVER_CLAIMED", "NOT_EMULATED", "Behaviour"]
 
 
 @dataclass(frozen=True)
@@ -206,20 +206,3 @@ NEVER_CLAIMED: tuple[str, ...] = (
     "numerics beyond the matmul passes: everything else is the CPU's float32 arithmetic",
     "operator coverage: an operator the CPU has runs here even if TorchTPU lacks it",
 )
-
-
-def markdown() -> str:
-    """The reference page's generated part: the behaviours, what is not emulated, and what
-    is never claimed (lists, not wide tables: they fit the text column on a phone)."""
-    lines = []
-    for behaviour in BEHAVIOURS:
-        test = behaviour.test.removeprefix("test_").replace("_", " ")  # words wrap on a phone
-        lines.append(
-            f"- **{behaviour.name}.** {behaviour.emulated} *Notes:* {behaviour.notes}. "
-            f"*Test:* {test}."
-        )
-    lines += ["", "Documented, not emulated:", ""]
-    lines += [f"- {what}: {why}." for what, why in NOT_EMULATED]
-    lines += ["", "Never claimed by a figure measured under the emulator:", ""]
-    lines += [f"- {claim}." for claim in NEVER_CLAIMED]
-    return "\n".join(lines)
