@@ -16,7 +16,8 @@ line `# NBVAL_RAISES_EXCEPTION`) may raise, as under nbval.
 `make verify` runs it under the conditions of `make notebooks` (the Makefile's NOTEBOOK_ENV and
 scripts/no_network: offline guard, one torch thread, no network), then runs `page`. `page`
 rebuilds "Where this book was verified" from every record in `verification/`; a cell of that
-page is only ever filled from a record.
+page is only ever filled from a record. What a record is, how its file is read and checked, and
+the page itself live in `tpuready.pages.verification`, which the site build imports too.
 """
 
 from __future__ import annotations
@@ -34,12 +35,24 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+
+from tpuready.pages.verification import (
+    DATE_FORMAT,
+    KINDS,
+    Failure,
+    NotebookResult,
+    Record,
+    failure_text,
+    load_records,
+    record_file_name,
+    record_to_json,
+    verification_page,
+)
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPOSITORY / "notebooks"
@@ -47,8 +60,6 @@ RECORDS = REPOSITORY / "verification"
 PAGE = REPOSITORY / "book" / "verification.md"
 CELL_TIMEOUT_SECONDS = 300  # as nbval's --nbval-cell-timeout and scripts/notebooks.py
 KERNEL_SPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-KINDS = ("cpu", "cuda", "tpu", "emulated-tpu")
-COLUMN_TITLES = {"cpu": "CPU", "cuda": "CUDA", "tpu": "TPU", "emulated-tpu": "Emulated TPU"}
 # A cell that may fail on the emulated TPU only (a CPU kernel it lacks, an upstream gap) carries
 # this metadata key; its value names the upstream cause. Keep the list short.
 EMULATED_MAY_FAIL_KEY = "emulated_tpu_may_fail"
@@ -58,52 +69,10 @@ RAISES_TAG = "raises-exception"  # nbclient, nbval and JupyterLab: carry on past
 # must at an exercise's "Your turn" cell.
 NBVAL_RAISES_TAG = "nbval-raises-exception"
 RAISES_MARKER = "# NBVAL_RAISES_EXCEPTION"
-NOT_VERIFIED = "not yet verified"
 MESSAGE_LENGTH = 100  # characters of an error message kept in a record
 # Copied with the notebooks: everything they read (data/, examples/, workers/), not what a
 # previous run left behind.
 COPY_IGNORES = shutil.ignore_patterns("traces", ".ipynb_checkpoints", "__pycache__")
-
-
-class RecordError(ValueError):
-    """Raised for a record file that lacks a field or holds a value of the wrong kind."""
-
-
-@dataclass(frozen=True)
-class Failure:
-    """The first cell that raised unexpectedly: its index among the code cells, from 0, as
-    nbval names cells ("Cell 38"; None: the kernel never ran a cell)."""
-
-    cell: int | None
-    error: str
-    message: str
-    detail: str = field(default="", compare=False)  # the whole error, shown by `check` only
-
-
-@dataclass(frozen=True)
-class NotebookResult:
-    """One notebook's run: ok when every cell ran, its seconds from kernel start to shutdown."""
-
-    ok: bool
-    seconds: float
-    code_cells: int
-    failure: Failure | None
-
-
-@dataclass(frozen=True)
-class Record:
-    """One `make verify` run on one machine; `source` names the file it was read from."""
-
-    date: str
-    kind: str
-    device_name: str
-    driver_version: str | None
-    torch: str
-    transformers: str | None
-    torch_tpu: str | None
-    python: str
-    notebooks: Mapping[str, NotebookResult]
-    source: str = ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -282,7 +251,7 @@ def probe_machine() -> dict[str, str | None]:
 
 
 def _utc_now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime(DATE_FORMAT)
 
 
 def summary_line(name: str, result: NotebookResult, width: int = 0) -> str:
@@ -290,24 +259,7 @@ def summary_line(name: str, result: NotebookResult, width: int = 0) -> str:
     if result.ok:
         return f"ok   {name:<{width}}  {result.seconds:.1f} s"
     assert result.failure is not None
-    return f"FAIL {name:<{width}}  {_failure_text(result.failure)}"
-
-
-def _failure_text(failure: Failure) -> str:
-    where = "before the first cell" if failure.cell is None else f"cell {failure.cell}"
-    message = f": {failure.message}" if failure.message else ""
-    return f"{where}: {failure.error}{message}"
-
-
-def record_file_name(record: Record) -> str:
-    """'<kind>-<device, as a slug>-<UTC date and time>.json': no hostname, and the records of
-    one machine sort by date. A device name that starts with the kind says it once
-    ('emulated-tpu-on-amd-epyc-...', not 'emulated-tpu-emulated-tpu-on-...')."""
-    slug = re.sub(r"[^a-z0-9]+", "-", record.device_name.lower()).strip("-")[:32].strip("-")
-    stamp = record.date.replace(":", "").replace("-", "")  # 20261205T074512Z
-    if slug.startswith(f"{record.kind}-"):
-        return f"{slug}-{stamp}.json"
-    return f"{record.kind}-{slug or 'device'}-{stamp}.json"
+    return f"FAIL {name:<{width}}  {failure_text(result.failure)}"
 
 
 def run(paths: list[Path], records: Path = RECORDS) -> tuple[Record, Path]:
@@ -373,124 +325,6 @@ def check(paths: list[Path], jobs: int = 2) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Records
-
-
-def record_to_json(record: Record) -> dict[str, object]:
-    """The record as its file holds it (every field, notebooks by name)."""
-    return {
-        "date": record.date,
-        "kind": record.kind,
-        "device_name": record.device_name,
-        "driver_version": record.driver_version,
-        "torch": record.torch,
-        "transformers": record.transformers,
-        "torch_tpu": record.torch_tpu,
-        "python": record.python,
-        "notebooks": {
-            name: {
-                "ok": result.ok,
-                "seconds": result.seconds,
-                "code_cells": result.code_cells,
-                "failure": None
-                if result.failure is None
-                else {
-                    "cell": result.failure.cell,
-                    "error": result.failure.error,
-                    "message": result.failure.message,
-                },
-            }
-            for name, result in sorted(record.notebooks.items())
-        },
-    }
-
-
-def _field(data: object, name: str, kinds: tuple[type, ...], where: str) -> object:
-    """`data[name]` after checking it is there and of one of `kinds` (a bool is no number)."""
-    if not isinstance(data, Mapping):
-        raise RecordError(f"{where}: expected an object, got {type(data).__name__}")
-    if name not in data:
-        raise RecordError(f"{where}: missing field {name!r}")
-    value = data[name]
-    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-        names = " or ".join("null" if kind is type(None) else kind.__name__ for kind in kinds)
-        raise RecordError(f"{where}: field {name!r} must be {names}, got {value!r}")
-    return value
-
-
-def _text(data: object, name: str, where: str) -> str:
-    return str(_field(data, name, (str,), where))
-
-
-def _optional_text(data: object, name: str, where: str) -> str | None:
-    value = _field(data, name, (str, type(None)), where)
-    return None if value is None else str(value)
-
-
-def _parse_result(entry: object, where: str) -> NotebookResult:
-    ok = bool(_field(entry, "ok", (bool,), where))
-    seconds = _field(entry, "seconds", (int, float), where)
-    code_cells = _field(entry, "code_cells", (int,), where)
-    failed = _field(entry, "failure", (dict, type(None)), where)
-    failure = None
-    if failed is not None:
-        cell = _field(failed, "cell", (int, type(None)), where)
-        failure = Failure(
-            None if cell is None else int(cell),
-            _text(failed, "error", where),
-            _text(failed, "message", where),
-        )
-    if ok != (failure is None):
-        raise RecordError(f"{where}: 'ok' is {ok} but 'failure' is {failed!r}")
-    return NotebookResult(ok, float(seconds), int(code_cells), failure)
-
-
-def parse_record(data: object, source: str = "record") -> Record:
-    """A record from its JSON data, every field checked; an error names the file and field."""
-    date = _text(data, "date", source)
-    try:
-        datetime.datetime.strptime(date, "%Y-%m-%dT%H:%M:%SZ")
-    except ValueError:
-        raise RecordError(
-            f"{source}: field 'date' must be a UTC time such as 2026-12-05T07:45:12Z, got {date!r}"
-        ) from None
-    kind = _text(data, "kind", source)
-    if kind not in KINDS:
-        raise RecordError(f"{source}: field 'kind' must be one of {list(KINDS)}, got {kind!r}")
-    notebooks = _field(data, "notebooks", (dict,), source)
-    assert isinstance(notebooks, dict)
-    if not notebooks:
-        raise RecordError(f"{source}: field 'notebooks' holds no notebook")
-    return Record(
-        date=date,
-        kind=kind,
-        device_name=_text(data, "device_name", source),
-        driver_version=_optional_text(data, "driver_version", source),
-        torch=_text(data, "torch", source),
-        transformers=_optional_text(data, "transformers", source),
-        torch_tpu=_optional_text(data, "torch_tpu", source),
-        python=_text(data, "python", source),
-        notebooks={
-            name: _parse_result(entry, f"{source}, notebook {name!r}")
-            for name, entry in notebooks.items()
-        },
-        source=source,
-    )
-
-
-def load_records(folder: Path = RECORDS) -> list[Record]:
-    """Every record in `folder` (its *.json files), checked; none when the folder is absent."""
-    records = []
-    for path in sorted(folder.glob("*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as error:
-            raise RecordError(f"{path.name}: not JSON ({error})") from error
-        records.append(parse_record(data, path.name))
-    return records
-
-
-# ---------------------------------------------------------------------------------------------
 # The page
 
 
@@ -511,115 +345,6 @@ def book_notebooks() -> list[tuple[str, str]]:
         )
         rows.append((path.stem, heading))
     return rows
-
-
-def _escaped(text: str) -> str:
-    """Text safe inside a Markdown table cell: punctuation that MyST reads is backslashed."""
-    return re.sub(r"([\\`*_{}\[\]<>|#$~])", r"\\\1", text)
-
-
-def _cell(record: Record, result: NotebookResult) -> str:
-    if result.ok:
-        state = "ok"
-    else:
-        assert result.failure is not None
-        state = f"**failed**, {_escaped(_failure_text(result.failure))}"
-    return f"{state}; {record.date[:10]}; torch {_escaped(record.torch)}; {result.seconds:.1f} s"
-
-
-def newest(records: list[Record], kind: str, notebook: str) -> Record | None:
-    """The newest record of this kind that ran this notebook (a later partial run, such as
-    `make verify NB=...`, replaces only the notebooks it ran)."""
-    ran = [r for r in records if r.kind == kind and notebook in r.notebooks]
-    return max(ran, key=lambda r: (r.date, r.source), default=None)
-
-
-def verification_page(records: list[Record], notebooks: list[tuple[str, str]]) -> str:
-    """The page "Where this book was verified": one row per notebook, one column per kind."""
-    header = "| Notebook | " + " | ".join(COLUMN_TITLES[kind] for kind in KINDS) + " |"
-    rows = [header, "|---" * (len(KINDS) + 1) + "|"]
-    for stem, title in notebooks:
-        cells = []
-        for kind in KINDS:
-            record = newest(records, kind, stem)
-            cells.append(NOT_VERIFIED if record is None else _cell(record, record.notebooks[stem]))
-        rows.append(f"| [{title}](../notebooks/{stem}.ipynb) | " + " | ".join(cells) + " |")
-    missing = [COLUMN_TITLES[k] for k in MACHINE_KINDS if not any(r.kind == k for r in records)]
-    unrecorded = ""
-    if missing:
-        kinds = " or ".join([", ".join(missing[:-1]), missing[-1]] if missing[:-1] else missing)
-        columns = "its column says" if len(missing) == 1 else "their columns say"
-        unrecorded = f'No {kinds} machine has a record yet: {columns} "{NOT_VERIFIED}".\n\n'
-    machines = [
-        f"- `{r.source}`: {COLUMN_TITLES[r.kind]}, {_escaped(r.device_name)}"
-        + ("" if r.driver_version is None else f", driver {_escaped(r.driver_version)}")
-        + f"; torch {_escaped(r.torch)}"
-        + ("" if r.torch_tpu is None else f", torch-tpu {_escaped(r.torch_tpu)}")
-        + f", transformers {_escaped(r.transformers or 'not installed')}"
-        + f", Python {_escaped(r.python)}; {r.date[:10]}; "
-        + f"{sum(n.ok for n in r.notebooks.values())} of {len(r.notebooks)} notebooks ok"
-        for r in sorted(records, key=lambda r: (r.date, r.source), reverse=True)
-    ]
-    return f"""% Generated by `python scripts/verify.py page` from the records in verification/:
-% edit the script or add a record, not this file (tests/test_verify.py checks it).
-
-# Where this book was verified
-
-Continuous integration runs every notebook on a CPU and compares its outputs with the stored
-ones. This page says where each notebook was also executed in full, every cell and so every
-`assert` in it passing, on each kind of machine: a CPU, a CUDA GPU and a Cloud TPU, and on the
-book's [emulated TPU](reference/emulated-tpu.md), a CPU that plays TorchTPU 0.2.0's documented
-rules (CI runs every notebook on it at every change; its column shows a recorded run, and its
-seconds are a CPU's, not a TPU's). Each cell comes from the newest record of that kind that ran
-the notebook: its result (a failure names the first cell that raised and its error), the date
-(UTC), the torch version and the seconds the notebook took from kernel start to shutdown.
-
-{chr(10).join(rows)}
-
-## Record a machine
-
-{unrecorded}A cell is filled only from a record. To record one, run `make verify` on such a
-machine with the book installed ([Set up your machine](setup.md) says how, for CUDA and for a
-Cloud TPU VM), then commit the new file in `verification/` and this page, which `make verify`
-rewrites. `make verify NB=notebooks/NN_slug.ipynb` records one notebook, and `make verify
-EMULATED=1` a run on the emulated TPU (any machine). Each record holds the machine's device
-name, driver and package versions, and each notebook's result.
-
-## The records
-
-{chr(10).join(machines) if machines else "None yet."}
-"""
-
-
-KIND_PHRASES = {
-    "cpu": "a CPU",
-    "cuda": "a CUDA GPU",
-    "tpu": "a Cloud TPU",
-    "emulated-tpu": "the emulated TPU",
-}
-# The machines a stamp says a notebook has "not yet" run on: real ones (CI runs every notebook
-# on the emulated TPU at every change, and a record of it is optional).
-MACHINE_KINDS = ("cpu", "cuda", "tpu")
-
-
-def stamp(records: list[Record], notebook: str) -> str:
-    """One line of plain text for the top of a chapter page: when and with which torch it was
-    last run in full, on each kind of machine that has a record of it."""
-    runs = []
-    for kind in KINDS:
-        record = newest(records, kind, notebook)
-        if record is not None:
-            result = "ran in full" if record.notebooks[notebook].ok else "failed"
-            runs.append(
-                f"{result} on {KIND_PHRASES[kind]} on {record.date[:10]} with torch {record.torch}"
-            )
-    if not runs:
-        return "Not yet run in full outside CI."
-    missing = [
-        KIND_PHRASES[kind] for kind in MACHINE_KINDS if newest(records, kind, notebook) is None
-    ]
-    tail = f"; not yet on {' or '.join(missing)}" if missing else ""
-    return f"Last verified: {'; '.join(runs)}{tail}."
 
 
 def write_page(page: Path = PAGE, records: Path = RECORDS) -> None:

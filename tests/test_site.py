@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import functools
 import http.server
-import importlib.util
 import json
 import os
 import re
@@ -748,15 +747,12 @@ def test_the_mapping_page_shows_every_entry_of_the_toolkits_table(built_site: Pa
 
 def test_each_notebook_page_says_when_it_was_last_verified(built_site: Path) -> None:
     """The line under the title comes from the records, as the verification page does."""
-    spec = importlib.util.spec_from_file_location("verify", REPOSITORY / "scripts/verify.py")
-    assert spec is not None and spec.loader is not None
-    verify = importlib.util.module_from_spec(spec)
-    sys.modules["verify"] = verify  # dataclasses look their module up while they are built
-    spec.loader.exec_module(verify)
-    records = verify.load_records()
+    from tpuready.pages.verification import load_records, stamp
+
+    records = load_records(REPOSITORY / "verification")
     for path in sorted((REPOSITORY / "notebooks").glob("*.ipynb")):
         page = (built_site / "notebooks" / f"{path.stem}.html").read_text(encoding="utf-8")
         found = re.search(r'<p class="verified-stamp">(.*?)<a [^>]*href="([^"]+)"', page, re.S)
         assert found, f"{path.name}: no verification line"
-        assert " ".join(found.group(1).split()) == verify.stamp(records, path.stem), path.name
+        assert " ".join(found.group(1).split()) == stamp(records, path.stem), path.name
         assert found.group(2) == "../book/verification.html"

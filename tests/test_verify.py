@@ -1,4 +1,5 @@
-"""`scripts/verify.py`: the records of where the notebooks ran, and the page built from them.
+"""`scripts/verify.py` and `tpuready.pages.verification`: the records of where the notebooks ran,
+and the page built from them.
 
 Only one generated notebook is executed (a kernel start, a few seconds); every other test
 works on records made here, so no real chapter runs.
@@ -6,7 +7,6 @@ works on records made here, so no real chapter runs.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import socket
@@ -16,25 +16,19 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import REPOSITORY
+from conftest import REPOSITORY, load_script
+from pydantic import ValidationError
 
+from tpuready.pages import verification
 
-def _load_verify():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("verify", REPOSITORY / "scripts/verify.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["verify"] = module  # dataclasses look their module up while they are built
-    spec.loader.exec_module(module)
-    return module
-
-
-verify = _load_verify()
+verify = load_script("verify")  # runs notebooks: a program, so loaded from its file
+RECORDS = REPOSITORY / "verification"
 NOTEBOOKS = verify.book_notebooks()
 STEMS = [stem for stem, _ in NOTEBOOKS]
 
 
 def result(seconds: float = 12.0, failure=None):  # type: ignore[no-untyped-def]
-    return verify.NotebookResult(failure is None, seconds, 30, failure)
+    return verification.NotebookResult(failure is None, seconds, 30, failure)
 
 
 def record(kind: str = "cpu", date: str = "2026-12-05T07:45:12Z", **fields):  # type: ignore[no-untyped-def]
@@ -49,7 +43,7 @@ def record(kind: str = "cpu", date: str = "2026-12-05T07:45:12Z", **fields):  # 
         "source": f"{kind}-{date}.json",
     }
     values.update(fields)
-    return verify.Record(date=date, kind=kind, **values)
+    return verification.Record(date=date, kind=kind, **values)
 
 
 def table(page: str) -> dict[str, list[str]]:
@@ -68,7 +62,7 @@ def table(page: str) -> dict[str, list[str]]:
 
 
 def test_the_committed_page_is_the_one_the_committed_records_give() -> None:
-    expected = verify.verification_page(verify.load_records(), NOTEBOOKS)
+    expected = verification.verification_page(verification.load_records(RECORDS), NOTEBOOKS)
     committed = (REPOSITORY / "book" / "verification.md").read_text(encoding="utf-8")
     assert committed == expected, (
         "book/verification.md is stale: run `python scripts/verify.py page`"
@@ -76,16 +70,16 @@ def test_the_committed_page_is_the_one_the_committed_records_give() -> None:
 
 
 def test_every_notebook_has_a_row_linked_to_its_page() -> None:
-    rows = table(verify.verification_page([], NOTEBOOKS))
+    rows = table(verification.verification_page([], NOTEBOOKS))
     assert list(rows) == STEMS
     assert len(STEMS) == len(list((REPOSITORY / "notebooks").glob("*.ipynb")))
     assert "[Hardware figures](../notebooks/reference_hardware.ipynb)" in (
-        verify.verification_page([], NOTEBOOKS)
+        verification.verification_page([], NOTEBOOKS)
     )
 
 
 def test_a_kind_without_a_record_is_not_yet_verified() -> None:
-    page = verify.verification_page([record("cpu")], NOTEBOOKS)
+    page = verification.verification_page([record("cpu")], NOTEBOOKS)
     for stem, (cpu, cuda, tpu, emulated) in table(page).items():
         assert cpu == "ok; 2026-12-05; torch 2.13.0+cpu; 12.0 s", stem
         assert cuda == tpu == emulated == "not yet verified"
@@ -95,30 +89,30 @@ def test_a_kind_without_a_record_is_not_yet_verified() -> None:
 
 def test_an_emulated_run_fills_its_own_column_and_no_machine_s() -> None:
     emulated = record("emulated-tpu", device_name="Emulated TPU on AMD EPYC")
-    page = verify.verification_page([emulated], NOTEBOOKS)
+    page = verification.verification_page([emulated], NOTEBOOKS)
     for stem, (cpu, cuda, tpu, on_emulator) in table(page).items():
         assert cpu == cuda == tpu == "not yet verified", stem
         assert on_emulator == "ok; 2026-12-05; torch 2.13.0+cpu; 12.0 s", stem
     assert "No CPU, CUDA or TPU machine has a record yet" in page
     assert "Emulated TPU, Emulated TPU on AMD EPYC" in page
     # A chapter's stamp names the emulated run and the real machines it has not run on.
-    assert verify.stamp([emulated], "01_device_agnostic_basics") == (
+    assert verification.stamp([emulated], "01_device_agnostic_basics") == (
         "Last verified: ran in full on the emulated TPU on 2026-12-05 with torch 2.13.0+cpu; "
         "not yet on a CPU or a CUDA GPU or a Cloud TPU."
     )
 
 
 def test_without_any_record_no_cell_is_filled() -> None:
-    page = verify.verification_page([], NOTEBOOKS)
+    page = verification.verification_page([], NOTEBOOKS)
     assert {cell for cells in table(page).values() for cell in cells} == {"not yet verified"}
     assert "No CPU, CUDA or TPU machine has a record yet" in page
 
 
 def test_a_failure_names_its_cell_and_error() -> None:
-    failure = verify.Failure(38, "RuntimeError", "shapes [2|3] and *4* differ")
+    failure = verification.Failure(38, "RuntimeError", "shapes [2|3] and *4* differ")
     notebooks = {stem: result() for stem in STEMS}
     notebooks["05_meshes_and_dtensor"] = result(seconds=17.5, failure=failure)
-    page = verify.verification_page([record("tpu", notebooks=notebooks)], NOTEBOOKS)
+    page = verification.verification_page([record("tpu", notebooks=notebooks)], NOTEBOOKS)
     cpu, cuda, tpu, _ = table(page)["05_meshes_and_dtensor"]  # the pipe did not split the cell
     assert tpu == (
         r"**failed**, cell 38: RuntimeError: shapes \[2\|3\] and \*4\* differ; 2026-12-05; "
@@ -136,7 +130,7 @@ def test_the_newest_record_of_a_kind_fills_the_notebooks_it_ran() -> None:
         torch="2.13.0",
         notebooks={"reference_hardware": result(seconds=3.5)},
     )
-    rows = table(verify.verification_page([newer, older], NOTEBOOKS))
+    rows = table(verification.verification_page([newer, older], NOTEBOOKS))
     assert rows["reference_hardware"][1] == "ok; 2026-12-01; torch 2.13.0; 3.5 s"
     assert rows["01_device_agnostic_basics"][1] == "ok; 2026-11-01; torch 2.12.0; 12.0 s"
 
@@ -144,20 +138,20 @@ def test_the_newest_record_of_a_kind_fills_the_notebooks_it_ran() -> None:
 def test_a_chapter_stamp_names_each_kind_with_its_newest_run() -> None:
     stem = "01_device_agnostic_basics"
     cpu = record("cpu", "2026-12-03T10:00:00Z")
-    failure = verify.Failure(cell=4, error="RuntimeError", message="boom")
+    failure = verification.Failure(cell=4, error="RuntimeError", message="boom")
     gpu = record("cuda", "2026-12-04T10:00:00Z", notebooks={stem: result(failure=failure)})
     newer_cpu = record("cpu", "2026-12-05T10:00:00Z", torch="2.13.1+cpu")
-    assert verify.stamp([cpu, gpu, newer_cpu], stem) == (
+    assert verification.stamp([cpu, gpu, newer_cpu], stem) == (
         "Last verified: ran in full on a CPU on 2026-12-05 with torch 2.13.1+cpu; "
         "failed on a CUDA GPU on 2026-12-04 with torch 2.13.0+cpu; not yet on a Cloud TPU."
     )
-    assert verify.stamp([], stem) == "Not yet run in full outside CI."
-    assert verify.stamp([cpu], "not_a_notebook") == "Not yet run in full outside CI."
+    assert verification.stamp([], stem) == "Not yet run in full outside CI."
+    assert verification.stamp([cpu], "not_a_notebook") == "Not yet run in full outside CI."
 
 
 def test_the_records_section_lists_each_machine() -> None:
     gpu = record("cuda", device_name="NVIDIA H200", driver_version="570.86.15")
-    page = verify.verification_page([gpu], NOTEBOOKS)
+    page = verification.verification_page([gpu], NOTEBOOKS)
     assert "- `cuda-2026-12-05T07:45:12Z.json`: CUDA, NVIDIA H200, driver 570.86.15" in page
 
 
@@ -166,10 +160,10 @@ def test_the_records_section_lists_each_machine() -> None:
 
 
 def test_a_record_reads_back_as_it_was_written() -> None:
-    failure = verify.Failure(7, "AssertionError", "loss went up")
+    failure = verification.Failure(7, "AssertionError", "loss went up")
     written = record(notebooks={"01_device_agnostic_basics": result(failure=failure)})
-    data = json.loads(json.dumps(verify.record_to_json(written)))
-    assert verify.parse_record(data, written.source) == written
+    data = json.loads(json.dumps(verification.record_to_json(written)))
+    assert verification.parse_record(data, written.source) == written
 
 
 REQUIRED = [
@@ -187,18 +181,22 @@ REQUIRED = [
 
 @pytest.mark.parametrize("field", REQUIRED)
 def test_a_record_missing_a_field_is_refused_by_name(field: str) -> None:
-    data = verify.record_to_json(record())
+    data = verification.record_to_json(record())
     del data[field]
-    with pytest.raises(verify.RecordError, match=f"^cpu-record.json: missing field '{field}'$"):
-        verify.parse_record(data, "cpu-record.json")
+    with pytest.raises(
+        verification.RecordError, match=f"^cpu-record.json: missing field '{field}'$"
+    ):
+        verification.parse_record(data, "cpu-record.json")
 
 
 @pytest.mark.parametrize("field", ["ok", "seconds", "code_cells", "failure"])
 def test_a_notebook_entry_missing_a_field_is_refused_by_name(field: str) -> None:
-    data = verify.record_to_json(record())
+    data = verification.record_to_json(record())
     del data["notebooks"]["06_fsdp2"][field]
-    with pytest.raises(verify.RecordError, match=f"notebook '06_fsdp2': missing field '{field}'"):
-        verify.parse_record(data, "r.json")
+    with pytest.raises(
+        verification.RecordError, match=f"notebook '06_fsdp2': missing field '{field}'"
+    ):
+        verification.parse_record(data, "r.json")
 
 
 @pytest.mark.parametrize(
@@ -214,27 +212,100 @@ def test_a_notebook_entry_missing_a_field_is_refused_by_name(field: str) -> None
     ],
 )
 def test_a_record_with_a_wrong_value_is_refused(change, message: str) -> None:
-    data = verify.record_to_json(record())
+    data = verification.record_to_json(record())
     change(data)
-    with pytest.raises(verify.RecordError, match=re.escape(message)):
-        verify.parse_record(data, "r.json")
+    with pytest.raises(verification.RecordError, match=re.escape(message)):
+        verification.parse_record(data, "r.json")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda d: d.update(driver_version=570),
+            "r.json: field 'driver_version' must be str or null, got 570",
+        ),
+        (lambda d: d.update(notebooks=[]), "r.json: field 'notebooks' must be an object, got []"),
+        (
+            lambda d: d["notebooks"].update({"06_fsdp2": [True, 12.0, 30, None]}),
+            "r.json, notebook '06_fsdp2': expected an object, got list",
+        ),
+        (
+            lambda d: d["notebooks"]["06_fsdp2"].update(
+                ok=False, failure={"cell": "38", "error": "RuntimeError", "message": "boom"}
+            ),
+            "r.json, notebook '06_fsdp2': field 'cell' must be int or null, got '38'",
+        ),
+        (
+            lambda d: d["notebooks"]["06_fsdp2"].update(ok=False, failure={"cell": 38}),
+            "r.json, notebook '06_fsdp2': missing field 'error'\n"
+            "r.json, notebook '06_fsdp2': missing field 'message'",
+        ),
+    ],
+)
+def test_every_problem_of_a_record_is_named_with_its_place(change, message: str) -> None:
+    data = verification.record_to_json(record())
+    change(data)
+    with pytest.raises(verification.RecordError) as refused:
+        verification.parse_record(data, "r.json")
+    assert str(refused.value) == message
+
+
+def test_a_record_that_is_not_an_object_is_refused_by_name() -> None:
+    with pytest.raises(verification.RecordError, match=r"^r\.json: expected an object, got list$"):
+        verification.parse_record([], "r.json")
+
+
+def test_a_result_whose_ok_contradicts_its_failure_cannot_be_built() -> None:
+    with pytest.raises(ValidationError, match="'ok' is False but 'failure' is None"):
+        verification.NotebookResult(False, 12.0, 30, None)
+
+
+def test_every_committed_record_loads_and_reads_back_as_its_file() -> None:
+    paths = sorted(RECORDS.glob("*.json"))
+    records = verification.load_records(RECORDS)
+    assert [r.source for r in records] == [path.name for path in paths] != []
+    for path, loaded in zip(paths, records, strict=True):
+        written = json.dumps(verification.record_to_json(loaded), indent=2) + "\n"
+        assert written == path.read_text(encoding="utf-8"), path.name
+        assert verification.record_file_name(loaded) == path.name
+
+
+def test_the_site_can_import_the_records_without_the_notebook_runner() -> None:
+    """book/_ext/verified_stamp.py imports the module while the site builds."""
+    imported = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, tpuready.pages.verification; "
+            "print(sorted({'nbclient', 'nbformat'} & set(sys.modules)))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPOSITORY,
+    )
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.strip() == "[]"
 
 
 def test_a_file_that_is_not_json_is_refused_by_name(tmp_path: Path) -> None:
     (tmp_path / "cpu-broken.json").write_text("{not json")
-    with pytest.raises(verify.RecordError, match=r"cpu-broken\.json: not JSON"):
-        verify.load_records(tmp_path)
+    with pytest.raises(verification.RecordError, match=r"cpu-broken\.json: not JSON"):
+        verification.load_records(tmp_path)
 
 
 def test_a_record_file_name_holds_kind_device_and_time_but_no_hostname() -> None:
-    name = verify.record_file_name(record(device_name="Intel(R) Xeon(R) CPU @ 2.20GHz"))
+    name = verification.record_file_name(record(device_name="Intel(R) Xeon(R) CPU @ 2.20GHz"))
     assert name == "cpu-intel-r-xeon-r-cpu-2-20ghz-20261205T074512Z.json"
     assert socket.gethostname().lower() not in name
 
 
 def test_an_emulated_record_names_the_emulated_tpu_once() -> None:
     emulated = record(kind="emulated-tpu", device_name="Emulated TPU on AMD EPYC")
-    assert verify.record_file_name(emulated) == "emulated-tpu-on-amd-epyc-20261205T074512Z.json"
+    assert (
+        verification.record_file_name(emulated) == "emulated-tpu-on-amd-epyc-20261205T074512Z.json"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,12 +317,12 @@ def test_summary_lines() -> None:
         verify.summary_line("01_device_agnostic_basics", result(23.44))
         == "ok   01_device_agnostic_basics  23.4 s"
     )
-    failure = verify.Failure(38, "RuntimeError", "shapes differ")
+    failure = verification.Failure(38, "RuntimeError", "shapes differ")
     assert (
         verify.summary_line("05_meshes_and_dtensor", result(failure=failure), width=26)
         == "FAIL 05_meshes_and_dtensor       cell 38: RuntimeError: shapes differ"
     )
-    died = verify.Failure(None, "DeadKernelError", "Kernel died")
+    died = verification.Failure(None, "DeadKernelError", "Kernel died")
     assert verify.summary_line("06_fsdp2", result(failure=died)).endswith(
         "before the first cell: DeadKernelError: Kernel died"
     )
@@ -286,7 +357,7 @@ def test_the_first_unexpected_error_is_the_failing_cell(tmp_path: Path) -> None:
     before = path.read_text()
     ran = verify.execute_notebook(path)
     # The fourth code cell: nbval's "Cell 3", counting code cells from 0.
-    assert ran.failure == verify.Failure(3, "AssertionError", "x is 1 in notebooks")
+    assert ran.failure == verification.Failure(3, "AssertionError", "x is 1 in notebooks")
     assert (ran.ok, ran.code_cells) == (False, 5)
     assert path.read_text() == before  # executed in memory: the file is not written
 
@@ -295,7 +366,7 @@ def test_the_probe_reports_this_machine() -> None:
     import torch
 
     facts = verify.probe_machine()
-    assert facts["kind"] in verify.KINDS
+    assert facts["kind"] in verification.KINDS
     assert facts["torch"] == torch.__version__
     assert facts["device_name"]
     assert set(facts) == set(REQUIRED) - {"date", "notebooks"}

@@ -22,7 +22,8 @@ and
 - `audit`: the portability audit (`python -m tpuready audit-source PATH...`, chapter 1) and its
   fixer (`--fix`): `sources` reads files, `syntax` holds the shared readers and tables, `walker`
   walks a file, `rules` holds one check per rule, `report` prints, `fix*` rewrite.
-- `pages`: the Markdown the book's reference pages show, rendered from the modules above.
+- `pages`: the Markdown the book's reference pages show, rendered from the modules above, and
+  `verification` (the records of where the notebooks ran, checked with pydantic, and their page).
 - `emulator`: the emulated TPU, a `tpu` device on the CPU with TorchTPU 0.2.0's documented rules,
   loaded by `import torch` when `TPUREADY_EMULATE_TPU=1` (chapter 1; CI runs every notebook on it).
 - `validate` (one check of calculator arguments and one error family, `InputError`) and
