@@ -175,3 +175,12 @@ def test_every_name_taken_from_another_module_is_in_its_all() -> None:
                 if public is None or name not in public:
                     missing.add(f"{module}.{name}")
     assert sorted(missing) == []
+
+
+@pytest.mark.parametrize("path", sorted((REPOSITORY / "book" / "_ext").glob("*.py")), ids=str)
+def test_the_sites_extensions_import_the_package_not_scripts_by_path(path: Path) -> None:
+    loaders = ("spec_from_file_location", "SourceFileLoader", "runpy")
+    text = path.read_text(encoding="utf-8")
+    assert not [loader for loader in loaders if loader in text], (
+        f"{path.name} loads a file by its path: import what it needs from tpuready instead"
+    )
