@@ -482,7 +482,7 @@ class Auditor:
         while pending:
             node, flags = pending.pop()
             if trigger_lines is not None and type(node) in _STATEMENT_TYPES:
-                statement = cast("ast.stmt", node)  # a string: no union built per node
+                statement = cast("ast.stmt", node)  # quoted: casts here build no type per node
                 start = statement.lineno
                 decorators = getattr(node, "decorator_list", None)
                 if decorators:
