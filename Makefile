@@ -139,6 +139,7 @@ lint: venv
 	$(VENV)/bin/ruff check tpuready tests scripts scripts/no_network book/_ext
 	$(VENV)/bin/ruff format --check tpuready tests scripts scripts/no_network book/_ext
 	$(VENV)/bin/ruff check notebooks
+	$(VENV)/bin/mypy
 
 # unit and site list their 15 slowest tests: make test is over its 15-minute budget, and
 # every run's list says where the time goes.

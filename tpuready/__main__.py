@@ -99,10 +99,10 @@ def run_audit_source(
         return EXIT_USAGE
     shown = audit.SEVERITIES[: audit.SEVERITIES.index(severity) + 1]
     findings = [finding for finding in result.findings if finding.severity in shown]
-    for error in result.errors:
-        print(f"tpuready audit-source: error: {error}", file=stderr)
-    for error in result.internal_errors:
-        print(f"tpuready audit-source: {error}", file=stderr)
+    for message in result.errors:
+        print(f"tpuready audit-source: error: {message}", file=stderr)
+    for message in result.internal_errors:
+        print(f"tpuready audit-source: {message}", file=stderr)
     if output_format == "json":
         stdout.write(audit.format_json(findings))
     elif output_format == "github":

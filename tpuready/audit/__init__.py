@@ -257,7 +257,7 @@ def _audit_tree(
             for finding in findings
             if not (
                 finding.line in ignored
-                and (ignored[finding.line] is None or finding.rule in ignored[finding.line])  # type: ignore[operator]
+                and ((rules := ignored[finding.line]) is None or finding.rule in rules)
             )
         ]
     return findings
@@ -317,11 +317,11 @@ def _audit_notebook(notebook_path: Path) -> list[Finding]:
     trees = [tree for _, _, tree, _ in parsed if tree is not None]
     facts = collect_facts(trees, "\n".join(python for _, python, _, _ in parsed))
     findings: list[Finding] = []
-    for number, python, tree, error in parsed:
+    for number, python, tree, syntax_error in parsed:
         if number in exempt:
             continue
-        if error is not None:
-            findings.append(syntax_error_finding(error, python, shown, number))
+        if syntax_error is not None:
+            findings.append(syntax_error_finding(syntax_error, python, shown, number))
         elif tree is not None:
             findings += _audit_tree(tree, python, facts, shown, number)
     return sorted(findings, key=Finding.sort_key)

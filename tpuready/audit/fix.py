@@ -555,7 +555,7 @@ class NotebookFixResult:
 def _cell_text(cell: dict[str, object]) -> str | None:
     source = cell.get("source", "")
     if isinstance(source, list) and all(isinstance(part, str) for part in source):
-        return "".join(source)  # type: ignore[arg-type]
+        return "".join(source)
     return source if isinstance(source, str) else None
 
 
@@ -684,6 +684,7 @@ def fix_notebook(
         python = python_of_cell(source)  # None for a cell magic in another language
         findings = [] if python is None else _audit_with_imports(python_of_ipython(python), aliases)
         results[number] = FixResult(source, source, left=_left(source, findings, config))
+    result: FixResult | None  # each cell's, then None where a cell has none
     for number, result in list(results.items()):
         if magic_lines.get(number):  # the IPython lines back in place of their stand-ins
             results[number] = dataclasses.replace(

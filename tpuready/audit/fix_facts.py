@@ -205,8 +205,7 @@ def _binds_device_without_a_value(node: cst.CSTNode) -> bool:
         return dotted(node.target) == "device"
     if isinstance(node, cst.With):
         return any(
-            item.asname is not None and dotted(item.asname.name) == "device"  # type: ignore[arg-type]
-            for item in node.items
+            item.asname is not None and dotted(item.asname.name) == "device" for item in node.items
         )
     return False
 

@@ -10,6 +10,7 @@ import ast
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
@@ -284,8 +285,8 @@ class Rewriter(cst.CSTTransformer):
         return super().on_visit(node)
 
     def on_leave(
-        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
-    ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
+        self, original_node: cst.CSTNodeT, updated_node: cst.CSTNodeT
+    ) -> cst.CSTNodeT | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNodeT]:
         """Undo a rewrite under a rule that `skip` or `# tpuready: ignore[rule]` turns off."""
         if id(original_node) in self._untouched:
             return updated_node
@@ -632,13 +633,14 @@ class Rewriter(cst.CSTTransformer):
         ]
         if index:
             return updated  # left: a device index
-        self._change(original.func.attr, "cuda-method", ".cuda(...) -> .to(device, ...)")  # type: ignore[attr-defined]
+        method = cast(cst.Attribute, original.func)  # leave_Call calls this only for `x.cuda(...)`
+        self._change(method.attr, "cuda-method", ".cuda(...) -> .to(device, ...)")
         device_argument = cst.Arg(value=self._device(original, as_type=False))
         if updated.args:
             device_argument = device_argument.with_changes(
                 comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
             )
-        func = updated.func.with_changes(attr=cst.Name("to"))  # type: ignore[attr-defined]
+        func = updated.func.with_changes(attr=cst.Name("to"))
         return updated.with_changes(func=func, args=[device_argument, *updated.args])
 
     def _fix_amp(self, original: cst.Call, updated: cst.Call, name: str) -> cst.BaseExpression:

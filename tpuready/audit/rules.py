@@ -10,7 +10,7 @@ import ast
 import re
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tpuready.accelerator_api import equivalent_for
 from tpuready.audit.sources import (
@@ -231,7 +231,7 @@ def _check_cuda_decision(audit: Auditor, node: ast.Compare | ast.BoolOp) -> None
         if audit.asks_for_several_cuda_gpus(node):
             audit.report(
                 "torch-cuda-call",
-                node.left.func,  # type: ignore[attr-defined]
+                cast(ast.Call, node.left).func,  # asks_for_several_cuda_gpus: a call
                 f"`{code_of(node)}` counts CUDA GPUs: torch.cuda counts 0 on a TPU host, "
                 f"which {ONE_DEVICE_PATH} however many chips it has",
                 "torch.accelerator.device_count()" + code_of(node)[len(code_of(node.left)) :],
@@ -385,6 +385,7 @@ def _check_backend_setting(
 ) -> None:
     if isinstance(node, ast.Assign):
         pairs: list[tuple[ast.AST, ast.AST]] = []
+        target: ast.AST  # a target as written, then each target of a pair
         for target in node.targets:
             values = node.value
             if (
@@ -477,7 +478,7 @@ def _check_device_string(audit: Auditor, node: ast.AST) -> None:
         if method == "to":
             for argument in node.args:
                 audit.check_device_value(argument, as_type=False)
-        if name in DEVICE_FIRST_ARGUMENT and node.args:
+        if name is not None and name in DEVICE_FIRST_ARGUMENT and node.args:
             audit.check_device_value(node.args[0], as_type=DEVICE_FIRST_ARGUMENT[name])
         if name == "torch.device" and len(node.args) == 2:  # torch.device(device_type, rank)
             index = rank_index(node.args[1])
@@ -492,7 +493,11 @@ def _check_device_string(audit: Auditor, node: ast.AST) -> None:
                 )
         not_devices = choices_are_not_devices(node)
         for keyword in node.keywords:
-            if keyword.arg in DEVICE_KEYWORDS and not (keyword.arg == "default" and not_devices):
+            if (
+                keyword.arg is not None
+                and keyword.arg in DEVICE_KEYWORDS
+                and not (keyword.arg == "default" and not_devices)
+            ):
                 if keyword.arg == "map_location" and isinstance(keyword.value, ast.Dict):
                     values = [*keyword.value.keys, *keyword.value.values]
                     if any(v is not None and is_cuda_device_text(v) for v in values):
@@ -593,7 +598,7 @@ def _check_device_module_call(audit: Auditor, call: ast.Call) -> None:
     direct = (
         isinstance(holder, ast.Call) and audit.qualify(holder.func) == "torch.get_device_module"
     )
-    argument = holder.args[0] if direct and holder.args else None  # type: ignore[union-attr]
+    argument = holder.args[0] if isinstance(holder, ast.Call) and direct and holder.args else None
     named = argument is not None and string_value(argument) is not None
     # ("cuda"): CUDA's own module, whose calls need CUDA; --fix must not port a check over it.
     names_cuda = argument is not None and is_cuda_device_text(argument)
@@ -759,7 +764,7 @@ def _check_process_group_backend(audit: Auditor, node: ast.AST) -> None:
                 "CUDA GPUs only",
             )
         return
-    call: ast.Call = node  # type: ignore[assignment]
+    call = cast(ast.Call, node)  # the rule registers this check for calls, assignments, defs
     last = last_name(call.func)
     if last == "add_argument":
         for keyword in call.keywords:
@@ -845,7 +850,7 @@ def _check_float64(audit: Auditor, call: ast.Call) -> None:
     severity = MUST_CHANGE if audit.facts.names_a_device else NOTE
     tail = "" if severity == MUST_CHANGE else " (nothing in this file names a device: a note)"
     if is_double:
-        receiver = func.value  # type: ignore[union-attr]
+        receiver = cast(ast.Attribute, func).value  # is_double: `method` came from an Attribute
         if not (isinstance(receiver, ast.Call) and names_the_cpu(receiver)):
             audit.report(
                 "float64",
@@ -869,7 +874,8 @@ def _check_inference_mode(audit: Auditor, node: ast.AST) -> None:
     if isinstance(node, ast.With | ast.AsyncWith):
         candidates = [item.context_expr for item in node.items]
     else:
-        candidates = list(node.decorator_list)  # type: ignore[attr-defined]
+        # the rule registers this check for `with` statements and function definitions only
+        candidates = list(cast(ast.FunctionDef | ast.AsyncFunctionDef, node).decorator_list)
     for candidate in candidates:
         target = candidate.func if isinstance(candidate, ast.Call) else candidate
         if audit.qualify(target) not in INFERENCE_MODE_NAMES:

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = [
     "BACKEND_CALLS",
@@ -308,12 +308,13 @@ def is_none(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value is None
 
 
-def _is_string(node: ast.AST) -> bool:
+def _is_string(node: ast.AST) -> TypeGuard[ast.Constant]:
     return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
 def string_value(node: ast.AST) -> str | None:
-    return node.value if _is_string(node) else None  # type: ignore[attr-defined]
+    value = node.value if isinstance(node, ast.Constant) else None
+    return value if isinstance(value, str) else None
 
 
 def code_of(node: ast.AST, limit: int = 60) -> str:
@@ -326,7 +327,8 @@ def code_of(node: ast.AST, limit: int = 60) -> str:
 
 def _constant_fstring(node: ast.JoinedStr) -> str | None:
     parts = [string_value(value) for value in node.values]
-    return None if any(part is None for part in parts) else "".join(parts)  # type: ignore[arg-type]
+    strings = [part for part in parts if part is not None]
+    return None if len(strings) < len(parts) else "".join(strings)
 
 
 def index_in_device_text(node: ast.AST) -> ast.AST | str | None:
@@ -391,7 +393,7 @@ def is_nccl(node: ast.AST) -> bool:
 def _is_cpu_device(node: ast.AST) -> bool:
     """`"cpu"` or `torch.device("cpu")`: a value that keeps data on the host."""
     if _is_string(node):
-        return node.value == "cpu"  # type: ignore[attr-defined]
+        return node.value == "cpu"
     if isinstance(node, ast.Call) and node.args:
         return dotted_parts(node.func) in (["torch", "device"], ["device"]) and _is_cpu_device(
             node.args[0]

@@ -10,7 +10,7 @@ import bisect
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from tpuready.accelerator_api import equivalent_for
 from tpuready.audit.syntax import (
@@ -268,7 +268,7 @@ _LEAF_TYPES = frozenset(
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _child_fields(node_type: type) -> tuple[str, ...]:
+def _child_fields(node_type: type[ast.AST]) -> tuple[str, ...]:
     """The fields of a node type that may hold child nodes (names, ids and contexts do not)."""
     fields = _CHILD_FIELDS.get(node_type)
     if fields is None:
@@ -285,7 +285,7 @@ def _child_fields(node_type: type) -> tuple[str, ...]:
             "conversion",
             "is_async",
         }
-        fields = tuple(field_name for field_name in node_type._fields if field_name not in skipped)  # type: ignore[attr-defined]
+        fields = tuple(field_name for field_name in node_type._fields if field_name not in skipped)
         _CHILD_FIELDS[node_type] = fields
     return fields
 
@@ -346,7 +346,7 @@ def _is_cuda_method_call(node: ast.AST) -> bool:
     )
 
 
-def _is_device_count_call(node: ast.AST) -> bool:
+def _is_device_count_call(node: object) -> bool:
     """`torch.cuda.device_count()` (or `cuda.device_count()` after `from torch import cuda`)."""
     return (
         isinstance(node, ast.Call)
@@ -355,7 +355,7 @@ def _is_device_count_call(node: ast.AST) -> bool:
     )
 
 
-def _is_whole_number(node: ast.AST) -> bool:
+def _is_whole_number(node: object) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) is int
 
 
@@ -489,11 +489,12 @@ class Auditor:
         while pending:
             node, flags = pending.pop()
             if trigger_lines is not None and type(node) in _STATEMENT_TYPES:
-                start = node.lineno
+                statement = cast("ast.stmt", node)  # quoted: casts here build no type per node
+                start = statement.lineno
                 decorators = getattr(node, "decorator_list", None)
                 if decorators:
                     start = min(start, *(decorator.lineno for decorator in decorators))
-                end = node.end_lineno or start
+                end = statement.end_lineno or start
                 next_trigger = bisect.bisect_left(trigger_lines, start)
                 if next_trigger == len(trigger_lines) or trigger_lines[next_trigger] > end:
                     continue
@@ -501,7 +502,7 @@ class Auditor:
             node_type = type(node)
             if node_type is ast.Name or node_type is ast.Attribute:
                 # Every rule on names needs a `torch.` name: resolve it once, here.
-                self.current_name = self.imported_name(node)  # type: ignore[arg-type]
+                self.current_name = self.imported_name(cast("ast.Name | ast.Attribute", node))
                 if self.current_name is None or not self.current_name.startswith("torch."):
                     if node_type is ast.Name:
                         continue
@@ -511,7 +512,7 @@ class Auditor:
                     check(self, node)
             if node_type is ast.Attribute:
                 # The chain `a.b.c` is checked as a whole; only a non-name base is visited.
-                base = node.value  # type: ignore[attr-defined]
+                base = cast("ast.Attribute", node).value
                 while isinstance(base, ast.Attribute):
                     base = base.value
                 if not isinstance(base, ast.Name):
@@ -526,9 +527,10 @@ class Auditor:
             elif node_type is ast.BoolOp:
                 # `available and cuda_only()`, `not_cuda or cuda_only()`: the operands after
                 # the one that decides for CUDA run on CUDA only.
-                on_cuda_only = isinstance(node.op, ast.And)  # type: ignore[attr-defined]
+                bool_op = cast("ast.BoolOp", node)
+                on_cuda_only = isinstance(bool_op.op, ast.And)
                 value_flags = flags
-                for value in node.values:  # type: ignore[attr-defined]
+                for value in bool_op.values:
                     pending.append((value, value_flags))
                     if self.is_cuda_test(value) is on_cuda_only:
                         value_flags = flags | _GUARDED_FLAG
@@ -539,28 +541,29 @@ class Auditor:
                 for child in ast.iter_child_nodes(node):
                     pending.append((child, flags & ~(_GUARDED_FLAG | _FLAG_GUARD_FLAG)))
             elif node_type is ast.If or node_type is ast.IfExp:
-                polarity = self.guard_polarity(node)
+                branch = cast("ast.If | ast.IfExp", node)
+                polarity = self.guard_polarity(branch)
                 test_flags = flags | _GUARD_TEST_FLAG if polarity is not None else flags
                 if polarity is None:
-                    test_flags |= _fallback_flags(self.fallback_of(node))
-                pending.append((node.test, test_flags))  # type: ignore[attr-defined]
-                guarded_flags = self.guarded_flags(flags, node.test)  # type: ignore[attr-defined]
+                    test_flags |= _fallback_flags(self.fallback_of(branch))
+                pending.append((branch.test, test_flags))
+                guarded_flags = self.guarded_flags(flags, branch.test)
                 body_flags = guarded_flags if polarity is True else flags
                 else_flags = guarded_flags if polarity is False else flags
-                for child, child_flags in ((node.body, body_flags), (node.orelse, else_flags)):  # type: ignore[attr-defined]
-                    if isinstance(child, list):
-                        pending.extend((item, child_flags) for item in child)
+                for part, part_flags in ((branch.body, body_flags), (branch.orelse, else_flags)):
+                    if isinstance(part, list):
+                        pending.extend((item, part_flags) for item in part)
                     else:
-                        pending.append((child, child_flags))
+                        pending.append((part, part_flags))
             else:
                 for name in _child_fields(node_type):
-                    value = getattr(node, name, None)
-                    if type(value) is list:
+                    field_value = getattr(node, name, None)
+                    if type(field_value) is list:
                         pending.extend(
-                            (item, flags) for item in value if type(item) not in _LEAF_TYPES
+                            (item, flags) for item in field_value if type(item) not in _LEAF_TYPES
                         )
-                    elif value is not None and type(value) not in _LEAF_TYPES:
-                        pending.append((value, flags))
+                    elif field_value is not None and type(field_value) not in _LEAF_TYPES:
+                        pending.append((field_value, flags))
 
     # -- names ----------------------------------------------------------------------------
 
@@ -637,8 +640,10 @@ class Auditor:
             # The probe is the first argument or the `condition=` keyword (a child node).
             keyword = next((k for k in node.keywords if k.arg == "condition"), None)
             child = node.args[0] if node.args else keyword
+            if child is None:
+                return None
             condition = child.value if isinstance(child, ast.keyword) else child
-            if condition is None or self.is_cuda_test(condition) is None:
+            if self.is_cuda_test(condition) is None:
                 return None
             return [child]
         return None
@@ -921,8 +926,8 @@ class Auditor:
             line = node.end_lineno
             byte_column = (node.end_col_offset or 0) - len(node.attr.encode("utf-8"))
         else:
-            line = node.lineno  # type: ignore[attr-defined]
-            byte_column = node.col_offset  # type: ignore[attr-defined]
+            line = node.lineno  # type: ignore[attr-defined]  # ast.AST has none; these do
+            byte_column = node.col_offset  # type: ignore[attr-defined]  # likewise
         self.findings.append(
             Finding(
                 path=self.path,

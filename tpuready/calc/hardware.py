@@ -201,10 +201,11 @@ class Chip:
                 f"{self.name}: give ici_topology, ici_ports_per_chip and "
                 "ici_wraparound_multiple together, or none of them"
             )
-        if self.ici_topology is not None and self.ici_ports_per_chip != 2 * self.torus_dimensions:
+        dimensions = self.torus_dimensions  # None exactly when ici_topology is None
+        if dimensions is not None and self.ici_ports_per_chip != 2 * dimensions:
             raise ValueError(
                 f"{self.name}: a {self.ici_topology} has 2 links per dimension, so "
-                f"ici_ports_per_chip must be {2 * self.torus_dimensions}, "
+                f"ici_ports_per_chip must be {2 * dimensions}, "
                 f"got {self.ici_ports_per_chip}"
             )
         if self.devices_per_chip < 1 or self.hbm_bytes % self.devices_per_chip:
@@ -876,7 +877,7 @@ def device_peak_flops_per_second(
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)  # tpuready: ignore[torch-cuda-call]
     elif device.type == "tpu":
-        name = torch.tpu.get_device_name()
+        name = torch.tpu.get_device_name()  # type: ignore[attr-defined]  # TorchTPU's module
     else:
         raise NoPeakFigureError(
             f"the table holds no {device.type!r} devices, only 'cuda' and 'tpu' ones; measure "

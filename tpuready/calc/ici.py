@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from tpuready.calc.hardware import Chip, as_chip
 from tpuready.validate import InputError, number, one_of, whole_number
@@ -210,14 +211,19 @@ def collective_seconds(kind: str, total_bytes: float, layout: AxisLayout) -> flo
         ici = _ici_all_to_all_seconds(total / s, layout)  # each slice's share, ICI first
         dcn = 0.0
         if s > 1:  # then each chip sends (s - 1) / s of its own data to other slices
-            dcn = (s - 1) / s * total / layout.size / layout.dcn_bytes_per_second
+            dcn = (s - 1) / s * total / layout.size / _dcn_speed(layout)
         return ici + dcn
     # All-gather (reduce-scatter runs the same steps in reverse): DCN between the slices on
     # each chip's 1 / ici_size of the array, then ICI within each slice.
     dcn = 0.0
     if s > 1:
-        dcn = (s - 1) / s * total / layout.ici_size / layout.dcn_bytes_per_second
+        dcn = (s - 1) / s * total / layout.ici_size / _dcn_speed(layout)
     return dcn + _ici_gather_seconds(total, layout)
+
+
+def _dcn_speed(layout: AxisLayout) -> float:
+    """The DCN bandwidth of an axis over several slices (AxisLayout refuses one without it)."""
+    return cast(float, layout.dcn_bytes_per_second)
 
 
 def bytes_received(kind: str, total_bytes: float, group_size: int) -> float:
@@ -334,7 +340,8 @@ def layout_mesh(
     return {
         name: AxisLayout(
             pieces=tuple(pieces[name]),
-            link_bytes_per_second=chip.ici_link_bytes_per_second,
+            # _resolve refused a chip without one
+            link_bytes_per_second=cast(float, chip.ici_link_bytes_per_second),
             slices=slices if index == 0 else 1,
             dcn_bytes_per_second=chip.dcn_bytes_per_second,
         )
@@ -414,7 +421,7 @@ def default_slice_shape(chip: Chip | str, num_chips: int) -> tuple[int, ...]:
             f"{num_chips} chips exceed a {chip.name} pod ({chip.chips_per_pod}); plan several "
             "slices with `slices=` and a slice shape that fits a pod"
         )
-    dims = chip.torus_dimensions
+    dims = cast(int, chip.torus_dimensions)  # _resolve refused a chip off a torus
 
     def shapes(count: int, left: int, smallest: int) -> list[tuple[int, ...]]:
         if left == 1:

@@ -189,7 +189,7 @@ class ModelConfig:
         else:
             experts = (1, 1, config.intermediate_size)
         return cls(
-            name=name or getattr(config, "model_type", "model"),
+            name=name or getattr(config, "model_type", "model"),  # type: ignore[arg-type]  # a str; mypy keeps None beside Any
             num_layers=config.num_hidden_layers,
             hidden_size=config.hidden_size,
             num_heads=heads,

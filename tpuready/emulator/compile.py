@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -75,7 +75,7 @@ def emulated_tpu_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) ->
 
     compile_id = CompileContext.current_compile_id()
     report().record("graphs", _graph_name(gm))
-    if compile_id is not None and getattr(compile_id, "frame_compile_id", 0):
+    if compile_id is not None and getattr(compile_id, "frame_compile_id", None):
         report().record("recompiles", _graph_name(gm))
     return lookup_backend("aot_eager")(gm, example_inputs)
 
@@ -151,7 +151,8 @@ def _module_on_tpu(model: Any) -> bool | None:
 
 def _patched_compile(model: Any = None, **kwargs: Any) -> Any:
     """torch.compile as TorchTPU patches it (see the module's docstring)."""
-    original = _ORIGINAL_COMPILE
+    # patch_compile sets it before it installs this function in torch.compile's place
+    original = cast("Callable[..., Any]", _ORIGINAL_COMPILE)
     if model is None:  # @torch.compile(...) with arguments
         return lambda function: _patched_compile(function, **kwargs)
     backend = kwargs.get("backend")

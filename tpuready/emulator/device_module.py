@@ -66,7 +66,7 @@ _warned: set[str] = set()
 
 def _refuse_legacy(name: str) -> None:
     """Raise (or warn once, with TORCH_TPU_ALLOW_LEGACY_DEVICE_APIS=1) for a legacy call."""
-    frame = sys._getframe(2)
+    frame: types.FrameType | None = sys._getframe(2)
     while (frame is not None and frame.f_code.co_filename.startswith(_EMULATOR_DIR)) or (
         frame is not None and frame.f_code.co_filename.endswith("contextlib.py")
     ):
@@ -256,9 +256,12 @@ def build_module() -> types.ModuleType:
     from tpuready.emulator import distributed
 
     distributed_module = types.ModuleType("torch.tpu.distributed", distributed.__doc__)
-    distributed_module.set_tpu_launch_env = distributed.set_tpu_launch_env
-    distributed_module.topology_aware_mesh = distributed.topology_aware_mesh
-    distributed_module.spmd_safe = distributed.spmd_safe
+    # vars(...).update: a module built here declares no attributes for the type checker
+    vars(distributed_module).update(
+        set_tpu_launch_env=distributed.set_tpu_launch_env,
+        topology_aware_mesh=distributed.topology_aware_mesh,
+        spmd_safe=distributed.spmd_safe,
+    )
     compiler_module = types.ModuleType("torch.tpu.compiler")
 
     @contextlib.contextmanager
@@ -267,17 +270,19 @@ def build_module() -> types.ModuleType:
             raise TypeError(f"options must be a dict, got {options!r}")
         yield
 
-    compiler_module.custom_compiler_options = custom_compiler_options
+    vars(compiler_module).update(custom_compiler_options=custom_compiler_options)
 
     for name, value in dict(locals()).items():
         if callable(value) and not name.startswith("__") and name not in ("module",):
             setattr(module, name, value)
-    module.EagerMode = EagerMode
-    module.Precision = Precision
-    module.Stream = torch.Stream  # one stream per device: the emulator runs ops in order
-    module.Event = torch.Event
-    module.distributed = distributed_module
-    module.compiler = compiler_module
+    vars(module).update(
+        EagerMode=EagerMode,
+        Precision=Precision,
+        Stream=torch.Stream,  # one stream per device: the emulator runs ops in order
+        Event=torch.Event,
+        distributed=distributed_module,
+        compiler=compiler_module,
+    )
     for name in ("ops", "optimizers", "pallas"):
         setattr(module, name, _NotEmulatedModule(f"torch.tpu.{name}"))
     profiler_module = types.ModuleType("torch.tpu.profiler")
@@ -287,9 +292,8 @@ def build_module() -> types.ModuleType:
         torch.profiler records what it records on the CPU (the emulator's operators)."""
         return torch._C._profiler._ExperimentalConfig()
 
-    profiler_module.TpuProfilerConfig = TpuProfilerConfig
-    module.profiler = profiler_module
-    module.is_emulated = True
+    vars(profiler_module).update(TpuProfilerConfig=TpuProfilerConfig)
+    vars(module).update(profiler=profiler_module, is_emulated=True)
     # `from torch.tpu.distributed import set_tpu_launch_env` works as it does on TorchTPU.
     module.__path__ = []
     for name in ("distributed", "compiler", "profiler", "ops", "optimizers", "pallas"):
@@ -332,5 +336,5 @@ def set_float32_matmul_precision(original: Any) -> Any:
         state().passes = PASSES_FOR_PRECISION[precision]
 
     remapped.__doc__ = original.__doc__
-    remapped.__wrapped__ = original
+    remapped.__wrapped__ = original  # type: ignore[attr-defined]  # read by inspect.unwrap
     return remapped

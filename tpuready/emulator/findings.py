@@ -121,7 +121,7 @@ def _formatting_a_tensor(original: Callable[..., str]) -> Callable[..., str]:
         finally:
             _PRINTS.depth = depth
 
-    formatted._tpuready_counts_prints = True  # type: ignore[attr-defined]
+    formatted._tpuready_counts_prints = True  # type: ignore[attr-defined]  # marks it as wrapped
     return formatted
 
 

@@ -7,6 +7,7 @@ The order matters (torch's own helper for Python backends says so): rename `Priv
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -41,20 +42,21 @@ def _accelerator_calls() -> None:
     host_state = state.state()
 
     # These serve torch.accelerator's index calls: the host's rules apply inside.
-    def set_index(index: int) -> None:
-        if index >= 0:
-            device_module.set_device_index(index)  # tpuready: ignore[set-device-index]
+    # Parameters named as torch._C names them, so each function fits the slot it fills.
+    def set_index(device_index: int) -> None:
+        if device_index >= 0:
+            device_module.set_device_index(device_index)  # tpuready: ignore[set-device-index]
 
     def get_index() -> int:
         return host_state.current_index
 
-    def exchange(index: int) -> int:
+    def exchange(device_index: int) -> int:
         previous = host_state.current_index
-        if index >= 0 and index != previous:
-            device_module.set_device_index(index)  # tpuready: ignore[set-device-index]
+        if device_index >= 0 and device_index != previous:
+            device_module.set_device_index(device_index)  # tpuready: ignore[set-device-index]
         return previous
 
-    def synchronize(index: int = -1) -> None:
+    def synchronize(device_index: int = -1) -> None:
         return None  # every emulated operator has finished when it returns
 
     torch._C._accelerator_setDeviceIndex = set_index
@@ -67,7 +69,7 @@ def _accelerator_calls() -> None:
 def _device_storages() -> None:
     """`torch.UntypedStorage(n, device="tpu")` (torch.load's route to a device) would ask C++
     for a `tpu` allocator, which a Python backend cannot register: make it a device tensor's."""
-    original_new = torch.UntypedStorage.__new__
+    original_new: Callable[..., Any] = torch.UntypedStorage.__new__
 
     def __new__(cls: type, *args: Any, device: Any = None, **kwargs: Any) -> Any:
         if device is not None and torch.device(device).type == "tpu":
@@ -77,7 +79,7 @@ def _device_storages() -> None:
             return torch.empty(0, dtype=torch.uint8).set_(cpu).to(device).untyped_storage()
         return original_new(cls, *args, device=device, **kwargs)
 
-    torch.UntypedStorage.__new__ = __new__
+    torch.UntypedStorage.__new__ = __new__  # type: ignore[method-assign]  # patched on purpose
     original_resize = torch.UntypedStorage.resize_
 
     def resize_(self: torch.UntypedStorage, size: int) -> torch.UntypedStorage:
@@ -88,7 +90,8 @@ def _device_storages() -> None:
         memory.resize_storage(self, int(size))
         return self
 
-    torch.UntypedStorage.resize_ = resize_
+    # patched on purpose; torch's stub types resize_ on the base class, _StorageBase
+    torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign, assignment]  # patched
 
 
 def _hide_from_dynamo() -> None:

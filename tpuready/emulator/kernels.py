@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -33,7 +33,9 @@ __all__ = ["KNOWN_GAPS", "register"]
 
 _CPU = torch.device("cpu")
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
-_AUTOCAST_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
+_AUTOCAST_KEYS = torch._C.DispatchKeySet(
+    torch._C.DispatchKey.AutocastPrivateUse1  # type: ignore[attr-defined]  # not in torch's stub
+)
 aten = torch.ops.aten
 
 # Operators whose output shape depends on the data: the host must wait for the device.
@@ -237,7 +239,7 @@ def _fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
         return op.redispatch(_CPU_KEYS, *args, **kwargs)
     call = _Call(info.name)
     cpu_args = [call.down(value) for value in args]
-    cpu_kwargs = {}
+    cpu_kwargs: dict[str, Any] = {}
     fresh_outs: list[tuple[torch.Tensor, torch.Tensor]] = []
     for name, value in kwargs.items():
         if name in info.outs and isinstance(value, torch.Tensor) and value.device.type == "tpu":
@@ -370,7 +372,7 @@ def _product_in_passes(
     for i, j in MATMUL_PASSES[passes]:
         term = product(left_pieces[i], right_pieces[j], result is None)
         result = term if result is None else result + term
-    return result
+    return cast(torch.Tensor, result)  # every entry of MATMUL_PASSES lists at least one pass
 
 
 # Where each matmul keeps its bias, among the arguments after its two operands.
@@ -393,8 +395,8 @@ def _matmul_in_passes(
         base, left, right = args[:3]
         beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
         plain = aten.mm.default if name == "addmm" else aten.bmm.default
-        product = _product_in_passes(lambda a, b, _: plain(a, b), left, right, passes)
-        return torch.add(base * beta if beta != 1 else base, product, alpha=alpha)
+        scaled = _product_in_passes(lambda a, b, _: plain(a, b), left, right, passes)
+        return torch.add(base * beta if beta != 1 else base, scaled, alpha=alpha)
     left, right, *rest = args
     bias_position = _BIAS_POSITION.get(name)
 
@@ -533,10 +535,16 @@ def _resize(tensor: torch.Tensor, size, memory_format=None):
     storage = tensor.untyped_storage()
     needed = (tensor.storage_offset() + numel) * tensor.element_size()
     if needed > storage.nbytes():
-        memory.resize_storage(storage, needed)
+        memory.resize_storage(storage, int(needed))  # an int already: no symbolic sizes here
     strides = _contiguous_strides(size)
     if memory_format == torch.channels_last and len(size) == 4:
-        strides = torch.empty(0).new_empty(size, memory_format=torch.channels_last).stride()
+        strides = (
+            torch.empty(0)
+            .new_empty(  # type: ignore[call-overload]  # torch's stub lacks memory_format
+                size, memory_format=torch.channels_last
+            )
+            .stride()
+        )
     memory._SET_STORAGE.redispatch(
         _CPU_KEYS, tensor, storage, tensor.storage_offset(), size, list(strides)
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import cast
 
 import torch
 
@@ -45,8 +46,11 @@ def _forget(key: int) -> None:
 
 def adopt(cpu_storage: torch.UntypedStorage, index: int = 0) -> torch.UntypedStorage:
     """A `tpu` storage over `cpu_storage`'s bytes; it keeps them alive while it lives."""
-    storage = torch._C._construct_storage_from_data_pointer(
-        cpu_storage.data_ptr(), TPU, cpu_storage.nbytes()
+    storage = cast(  # torch's stub says a Storage; it returns an UntypedStorage
+        "torch.UntypedStorage",
+        torch._C._construct_storage_from_data_pointer(
+            cpu_storage.data_ptr(), TPU, cpu_storage.nbytes()
+        ),
     )
     key = storage._cdata
     reference = weakref.ref(storage, lambda _: _forget(key))
@@ -57,13 +61,13 @@ def adopt(cpu_storage: torch.UntypedStorage, index: int = 0) -> torch.UntypedSto
 
 def new_tensor(
     storage: torch.UntypedStorage,
-    offset: int,
+    offset: int | torch.SymInt,
     size: tuple[int, ...] | torch.Size,
     stride: tuple[int, ...],
     dtype: torch.dtype,
 ) -> torch.Tensor:
     """A plain `tpu` tensor over `storage` (no copy)."""
-    tensor = torch._C._acc.create_empty_tensor([0], dtype)
+    tensor = torch._C._acc.create_empty_tensor((0,), dtype)
     _SET_STORAGE.redispatch(_CPU_KEYS, tensor, storage, offset, size, stride)
     return tensor
 
@@ -120,7 +124,7 @@ def logical_index(storage: torch.UntypedStorage) -> int:
 
 def _swap(storage: torch.UntypedStorage, other: torch.UntypedStorage) -> None:
     """Swap the bytes of two device storages, and which CPU buffer owns them."""
-    storage._swap_data_ptr_(other)
+    storage._swap_data_ptr_(other)  # type: ignore[attr-defined]  # in torch, not in its stub
     with _LOCK:
         mine, theirs = _OWNERS.get(storage._cdata), _OWNERS.get(other._cdata)
         if mine is None or theirs is None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -123,7 +123,7 @@ def _matmul_precision_setting(device_type: str) -> Any:
     if device_type == "cuda":
         return torch.backends.cuda.matmul  # tpuready: ignore[cuda-backend-setting] (read only)
     if device_type == "cpu":
-        return torch.backends.mkldnn.matmul
+        return torch.backends.mkldnn.matmul  # type: ignore[attr-defined]  # MkldnnModule's; not typed
     return torch.backends
 
 
@@ -194,7 +194,7 @@ def matmul_in_bf16_passes(left: torch.Tensor, right: torch.Tensor, passes: int) 
     for left_index, right_index in MATMUL_PASSES[passes]:
         product = torch.matmul(left_pieces[left_index], right_pieces[right_index])
         result = product if result is None else result + product
-    return result
+    return cast(torch.Tensor, result)  # every entry of MATMUL_PASSES lists at least one pass
 
 
 class _MatmulInBf16Passes(torch.autograd.Function):
@@ -235,7 +235,7 @@ class _Bf16PassesMode(TorchFunctionMode):
         super().__init__()
         self.passes = passes
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__):
             left, right = args

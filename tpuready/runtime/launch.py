@@ -201,7 +201,7 @@ def allowed_rank_counts() -> tuple[int, ...] | None:
     if host is not None:
         return hardware.TPU_RANKS_PER_HOST[host.generation or ""]
     try:
-        chip = hardware.chip_for_device_name("tpu", torch.tpu.get_device_name())
+        chip = hardware.chip_for_device_name("tpu", torch.tpu.get_device_name())  # type: ignore[attr-defined]  # TorchTPU's module
     except hardware.NoPeakFigureError:
         return None
     return hardware.TPU_RANKS_PER_HOST.get(chip.name.removeprefix("TPU "))
@@ -360,7 +360,7 @@ def prepare_launch_environment(nproc_per_node: int, nnodes: int = 1) -> None:
     _check_count("nnodes", nnodes, 1)
     accelerator = torch.accelerator.current_accelerator(check_available=True)
     if accelerator is not None and _one_device_per_process(accelerator):
-        torch.tpu.distributed.set_tpu_launch_env(nnodes=nnodes, nproc_per_node=nproc_per_node)
+        torch.tpu.distributed.set_tpu_launch_env(nnodes=nnodes, nproc_per_node=nproc_per_node)  # type: ignore[attr-defined]  # TorchTPU's module
 
 
 def run_workers(
@@ -401,6 +401,7 @@ def run_workers(
     prepare_launch_environment(world_size)
     context = multiprocessing.get_context("spawn")
     processes: list[BaseProcess] = []
+    process: BaseProcess
     connections: dict[Connection, int] = {}
     logs: list[_LogFile] = []
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as store_socket:
@@ -492,7 +493,7 @@ def _collect_results(
     joined: set[int] = set()
     deadline = time.monotonic() + startup_timeout_seconds
     while pending:
-        ready = wait(list(pending), timeout=max(deadline - time.monotonic(), 0))
+        ready: list[Connection] = wait(list(pending), timeout=max(deadline - time.monotonic(), 0))  # type: ignore[assignment]  # wait returns some of the Connections it got
         if not ready:
             _stop(processes)
             raise _timed_out(
@@ -552,7 +553,9 @@ def _silent_deaths(pending: dict[Connection, int]) -> list[tuple[int, None]]:
     waiting = dict(pending)
     grace_deadline = time.monotonic() + FAILURE_GRACE_SECONDS
     while waiting and not deaths:
-        ready = wait(list(waiting), timeout=max(grace_deadline - time.monotonic(), 0))
+        ready: list[Connection] = wait(  # type: ignore[assignment]  # wait returns some of the Connections it got
+            list(waiting), timeout=max(grace_deadline - time.monotonic(), 0)
+        )
         if not ready:
             break
         for connection in ready:

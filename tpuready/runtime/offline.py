@@ -165,7 +165,7 @@ _METHOD_FUNCTIONS: dict[str, Callable[..., Any]] = {
 }
 
 
-class GuardedSocket(_C_SOCKET):  # type: ignore[misc, valid-type]
+class GuardedSocket(_C_SOCKET):
     """The C socket type with the guard's checks: what `_socket.socket` names once installed."""
 
     connect = _connect
@@ -217,7 +217,7 @@ _LOOKUP_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "getnameinfo": getnameinfo,
 }
 for _name, _function in _LOOKUP_FUNCTIONS.items():
-    _function.__wrapped__ = _ORIGINAL_LOOKUPS[_name]  # type: ignore[attr-defined]
+    _function.__wrapped__ = _ORIGINAL_LOOKUPS[_name]  # type: ignore[attr-defined]  # for inspect.unwrap
 
 
 def install_network_guard() -> None:
@@ -232,7 +232,7 @@ def install_network_guard() -> None:
         return
     for name, function in _METHOD_FUNCTIONS.items():
         setattr(socket.socket, name, function)
-    _socket.socket = GuardedSocket  # type: ignore[misc]
+    _socket.socket = GuardedSocket  # type: ignore[misc]  # replacing the class is the guard
     for name, function in _LOOKUP_FUNCTIONS.items():
         setattr(_socket, name, function)
         # `socket.getaddrinfo` is a Python wrapper that calls `_socket.getaddrinfo`; the
