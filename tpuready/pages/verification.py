@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.dataclasses import dataclass
-from pydantic_core import PydanticCustomError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 __all__ = [
     "COLUMN_TITLES",
@@ -156,9 +156,9 @@ _NULLABLE = {
 }
 
 
-def _problem(error: Mapping[str, object], source: str) -> str:
+def _problem(error: ErrorDetails, source: str) -> str:
     """One pydantic error as '<file>[, notebook <name>]: <what is wrong>'."""
-    location = tuple(error["loc"])  # type: ignore[call-overload]
+    location = tuple(error["loc"])
     where = source
     if len(location) >= 2 and location[0] == "notebooks":
         where = f"{source}, notebook {location[1]!r}"
@@ -188,7 +188,7 @@ def parse_record(data: object, source: str = "record") -> Record:
     try:
         return _RECORD.validate_python({**data, "source": source})
     except ValidationError as error:
-        problems = [_problem(problem, source) for problem in error.errors()]  # type: ignore[arg-type]
+        problems = [_problem(problem, source) for problem in error.errors()]
         raise RecordError("\n".join(dict.fromkeys(problems))) from None
 
 
