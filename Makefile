@@ -248,4 +248,4 @@ chromium:
 	fi
 
 clean:
-	rm -rf _build .pytest_cache .ruff_cache .hypothesis
+	rm -rf _build .pytest_cache .ruff_cache .mypy_cache .hypothesis
