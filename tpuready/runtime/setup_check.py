@@ -21,13 +21,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import Specifier
+from packaging.utils import canonicalize_name
+
 MINIMUM_PYTHON = (3, 11, 5)  # the oldest release the pins install on (soupsieve needs it)
 REINSTALL = "run `make venv` again (in the workshop bundle: `make venv`), then restart the kernel"
 SMOKE_TEST_SECONDS = 60.0  # ranks start in 3-8 s on a 2-core laptop; this bounds a hang
 NOTEBOOK_SECONDS = 120  # the whole notebook, kernel start included (under 20 s on a laptop)
 # Where jupyterlab-myst puts its Lab extension inside the environment (its wheel's data files).
 MYST_LAB_EXTENSION = Path("share/jupyter/labextensions/jupyterlab-myst/package.json")
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)")
+# Where a requirement line's comment (`#`) or per-line options (`--hash=...`) begin, as pip reads.
+_PIP_EXTRAS = re.compile(r"(?:^|\s)(?:#|--)")
 
 
 @dataclass(frozen=True)
@@ -42,13 +47,10 @@ class CheckResult:
         return f"{'ok ' if self.passed else 'FIX'}  {self.name}: {self.detail}"
 
 
-def _normalized(distribution: str) -> str:
-    """A distribution's name as pip compares names (PEP 503): `Jinja2` and `jinja2` match."""
-    return re.sub(r"[-_.]+", "-", distribution).lower()
-
-
 def read_pins(requirements: Path) -> dict[str, str]:
-    """Every `name==version` line of a requirements file, keyed by normalized name."""
+    """Every `name==version` pin of a requirements file whose marker holds here, keyed by the
+    name as pip compares names (PEP 503: `Jinja2` is `jinja2`); read with `packaging`, as pip
+    reads it. Comments, pip options and ranges are not pins."""
     if not requirements.is_file():
         raise FileNotFoundError(
             f"no requirements file at {requirements}: run the check from the repository's "
@@ -56,10 +58,26 @@ def read_pins(requirements: Path) -> dict[str, str]:
         )
     pins = {}
     for line in requirements.read_text().splitlines():
-        match = _PIN.match(line.strip())
-        if match:
-            pins[_normalized(match.group(1))] = match.group(2)
+        # pip's comments start a line or follow a space; its per-line options follow one too.
+        text = _PIP_EXTRAS.split(line, maxsplit=1)[0].strip()
+        if not text or text.startswith("-"):
+            continue  # a blank line, a comment, or an option such as -r or --index-url
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            continue  # not a requirement pip would install from this line either
+        specifiers = list(requirement.specifier)
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue  # pinned for another platform or Python
+        if len(specifiers) == 1 and specifiers[0].operator == "==":
+            pins[canonicalize_name(requirement.name)] = specifiers[0].version
     return pins
+
+
+def _matches_pin(found: str, pinned: str) -> bool:
+    """Whether installed version `found` is `==pinned` as pip reads it: a local label names
+    a build of the pinned version (torch 2.13.0+cpu is torch==2.13.0), and 2.13 is 2.13.0."""
+    return Specifier(f"=={pinned}").contains(found, prereleases=True)
 
 
 def _installed_version(distribution: str) -> str | None:
@@ -95,8 +113,7 @@ def check_pins(
     wrong = []
     for name, pinned in pins.items():
         found = installed(name)
-        # A local label names a build of the pinned version: torch 2.13.0+cpu is torch==2.13.0.
-        if found is None or found.split("+")[0] != pinned:
+        if found is None or not _matches_pin(found, pinned):
             wrong.append(f"{name} {found or 'missing'} (pinned {pinned})")
     if not wrong:
         # No count: the output stays the same when a pin is added.
