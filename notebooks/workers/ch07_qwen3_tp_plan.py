@@ -30,21 +30,16 @@ from torch.distributed.tensor.parallel import (
 )
 
 from tpuready.runtime.launch import init_rank, rank_device
+from tpuready.runtime.tiny_models import (
+    TENSOR_PARALLEL_QWEN3,
+    tiny_qwen3_config,
+)
 
 # A tiny Qwen3 with grouped-query attention (two query heads per KV head):
 # every split size (heads, KV heads, MLP) divides by 2 and by 4 ranks, the
 # counts `smallest_world_size(2)` gives (4 on a TPU v5e or v6e host). Column-
 # wise k/v projections must give each rank whole KV heads.
-QWEN3_SIZES = {
-    "vocab_size": 256,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 4,
-    "head_dim": 8,
-    "max_position_embeddings": 64,
-}
+QWEN3_SIZES = TENSOR_PARALLEL_QWEN3
 SEED = 0
 BATCH_SIZE, SEQ_LEN = 2, 12
 # transformers names its layer styles; these are the torch styles they mean.
@@ -64,10 +59,10 @@ def _quiet_transformers() -> None:
 
 def build_and_save_qwen3(model_dir: str) -> torch.nn.Module:
     """The seeded tiny Qwen3 in float32, saved (safetensors) in `model_dir`."""
-    from transformers import AutoModelForCausalLM, Qwen3Config
+    from transformers import AutoModelForCausalLM
 
     torch.manual_seed(SEED)
-    config = Qwen3Config(**QWEN3_SIZES)
+    config = tiny_qwen3_config("tensor-parallel")
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.eval().save_pretrained(model_dir)
     return model

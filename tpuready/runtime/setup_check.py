@@ -195,17 +195,11 @@ def check_transformers() -> CheckResult:
     with warnings.catch_warnings():
         # tqdm's note, in a kernel without ipywidgets, that progress bars fall back to text.
         warnings.filterwarnings("ignore", message="IProgress not found")
-        from transformers import AutoModelForCausalLM, Qwen3Config
+        from transformers import AutoModelForCausalLM
 
-    config = Qwen3Config(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-    )
+    from tpuready.runtime.tiny_models import tiny_qwen3_config
+
+    config = tiny_qwen3_config()  # the book's smallest Qwen3 (TINY_QWEN3)
     try:
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config).eval()
