@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import warnings
 
 import torch
 import torch.distributed as dist
@@ -28,7 +27,12 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from tpuready.runtime.device import compile_backend_for
-from tpuready.runtime.launch import init_rank, rank_device
+from tpuready.runtime.launch import (
+    init_rank,
+    quiet_known_warnings,
+    rank_device,
+    run_torchrun_main,
+)
 from tpuready.runtime.tiny_models import TINY_QWEN3, tiny_qwen3_config
 
 try:  # imported as workers.ch06_fsdp_practice (the notebook, the tests)
@@ -170,7 +174,7 @@ def qwen3_reference_loss(input_ids: torch.Tensor) -> float:
 
 def practice_worker(rank: int, world_size: int) -> dict:
     """Each practice on ch06_fsdp's sharded model, then the tiny Qwen3."""
-    warnings.filterwarnings("ignore")
+    quiet_known_warnings()
     device_type = rank_device().type  # "cuda", "tpu" or "cpu": tpuready chose
     mesh = init_device_mesh(device_type, (world_size,))
     batches = ch06_fsdp.make_batches()
@@ -234,7 +238,7 @@ def practice_worker(rank: int, world_size: int) -> dict:
 
 def main() -> None:
     """Under torchrun: join the group, run the worker, rank 0 prints JSON."""
-    warnings.filterwarnings("ignore")
+    quiet_known_warnings()
     init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     result = practice_worker(rank, world_size)
@@ -244,4 +248,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_torchrun_main(main, __file__, nproc_per_node=2)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-import warnings
 
 import numpy as np
 import torch
@@ -29,7 +28,12 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from tpuready.runtime.launch import init_rank, rank_device
+from tpuready.runtime.launch import (
+    init_rank,
+    quiet_known_warnings,
+    rank_device,
+    run_torchrun_main,
+)
 from tpuready.runtime.tiny_models import (
     TENSOR_PARALLEL_QWEN3,
     tiny_qwen3_config,
@@ -50,7 +54,7 @@ REPLICATED_STYLES = frozenset({"replicated_with_grad_allreduce"})
 
 def _quiet_transformers() -> None:
     """Keep transformers' warnings, logs and progress bars out of the log."""
-    warnings.simplefilter("ignore")
+    quiet_known_warnings()
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
@@ -159,4 +163,4 @@ def _main() -> None:
 
 
 if __name__ == "__main__":
-    _main()
+    run_torchrun_main(_main, __file__, nproc_per_node=2)
