@@ -47,8 +47,10 @@ def save_tiny_qwen3(model_dir: Path):  # -> (model, tokenizer); imports are heav
     """Chapter 18's tiny Qwen3 and its tokenizer, saved to `model_dir` for vLLM."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen3Config
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
     from transformers.utils import logging as transformers_logging
+
+    from tpuready.runtime.tiny_models import tiny_qwen3_config
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -63,18 +65,11 @@ def save_tiny_qwen3(model_dir: Path):  # -> (model, tokenizer); imports are heav
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe, pad_token="<|pad|>", eos_token="<|endoftext|>"
     )
-    config = Qwen3Config(
+    config = tiny_qwen3_config(  # chapter 18's sizes (SERVING_QWEN3), this tokenizer's ids
+        "serving",
         vocab_size=tokenizer.vocab_size,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=256,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
     )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config).eval()

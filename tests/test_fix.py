@@ -1,4 +1,4 @@
-"""Tests of the CUDA-to-portable rewriter (`tpuready.audit.fix`, `python -m tpuready.audit.fix`).
+"""Tests of the CUDA-to-portable rewriter (`tpuready.audit.fix`, `audit-source --fix`/`--diff`).
 
 Each input in tests/fixtures/fix/ has its expected output next to it (`NAME.py.expected`), and
 marks the lines the fixer must leave, and report, with a trailing `# left: RULE` comment.
@@ -516,11 +516,11 @@ def test_fix_source_refuses_what_is_not_python_text() -> None:
         fix.fix_source(b"import torch")  # type: ignore[arg-type]
 
 
-def test_module_entry_point_prints_the_diff(tmp_path: Path) -> None:
+def test_command_line_diff_prints_the_diff(tmp_path: Path) -> None:
     script = tmp_path / "seed.py"
     script.write_text("import torch\n\ntorch.cuda.manual_seed(0)\n", encoding="utf-8")
     result = subprocess.run(
-        [sys.executable, "-m", "tpuready.audit.fix", "--diff", str(script)],
+        [sys.executable, "-m", "tpuready", "audit-source", "--diff", str(script)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -15,7 +15,8 @@ import pytest
 import yaml
 from conftest import REPOSITORY, all_notebook_paths, read_notebook
 
-CUDA_ON_PURPOSE_TAG = "cuda-on-purpose"
+from tpuready.audit.sources import CUDA_ON_PURPOSE_TAG
+
 # 00_setup_check is a tool a learner runs first, not a lesson: it has no exercises.
 CHAPTER_NAME = re.compile(r"^(?!00_)\d\d_[a-z0-9_]+\.ipynb$")
 NBVAL_MARKERS = {"# NBVAL_IGNORE_OUTPUT", "# NBVAL_CHECK_OUTPUT", "# NBVAL_SKIP"}

@@ -27,6 +27,7 @@ from tpuready.calc.plan import (
     make_plan,
     shard_len,
 )
+from tpuready.runtime.tiny_models import tiny_qwen3_moe_config
 
 no_deadline = settings(deadline=None, max_examples=60)
 
@@ -81,18 +82,7 @@ def test_shard_len_is_ceil_division_like_torch_chunk(length, ways, expected):
 
 def test_counts_match_a_transformers_model_built_on_meta():
     transformers = pytest.importorskip("transformers")
-    config = transformers.Qwen3MoeConfig(
-        vocab_size=96,
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        num_experts=6,
-        num_experts_per_tok=2,
-        moe_intermediate_size=12,
-        tie_word_embeddings=False,
-    )
+    config = tiny_qwen3_moe_config()  # 3 layers, 6 experts, 2 per token, untied
     model_config = ModelConfig.from_transformers(config, "small")
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)

@@ -30,6 +30,39 @@ def test_pins_are_read_by_normalized_name(requirements: Path) -> None:
     }
 
 
+def test_only_pins_that_apply_here_are_read_as_pip_reads_them(tmp_path: Path) -> None:
+    path = tmp_path / "requirements.txt"
+    path.write_text(
+        "--index-url https://example.invalid/simple\n"
+        "-r other.txt\n"
+        "numpy==2.3.1 --hash=sha256:0123\n"
+        "rich==14.0\t# a tab before the comment\n"
+        'torch==2.13.0 ; python_version < "3"\n'
+        "click>=8\n"
+        "idna==3.*\n"
+    )
+    assert setup_check.read_pins(path) == {"numpy": "2.3.1", "rich": "14.0", "idna": "3.*"}
+
+
+@pytest.mark.parametrize(
+    ("found", "pinned", "matches"),
+    [
+        ("2.13.0+cpu", "2.13.0", True),
+        ("14.0.0", "14.0", True),
+        ("3.10", "3.*", True),
+        ("2.13.1", "2.13.0", False),
+        ("2.13.0rc1", "2.13.0", False),
+        ("not a version", "1.0", False),
+    ],
+)
+def test_an_installed_version_matches_its_pin_as_pip_compares_them(
+    tmp_path: Path, found: str, pinned: str, matches: bool
+) -> None:
+    path = tmp_path / "requirements.txt"
+    path.write_text(f"package=={pinned}\n")
+    assert setup_check.check_pins(path, {"package": found}.get).passed is matches
+
+
 def test_a_missing_requirements_file_is_named_with_the_fix(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"requirements\.txt.*--requirements"):
         setup_check.read_pins(tmp_path / "requirements.txt")

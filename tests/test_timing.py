@@ -126,6 +126,14 @@ def test_on_a_tpu_bool_int_complex_and_grad_tensors_are_read_too(tpu: FakeAccele
     assert tpu.of("read") == [2.0 + 3.0 + 5.0 + 4.0]
 
 
+def test_on_a_tpu_tensors_in_sets_and_list_subclasses_are_read_too(tpu: FakeAccelerator) -> None:
+    class Batch(list):
+        """A list subclass, which PyTorch's pytree keeps whole."""
+
+    wait_for((Batch([torch.ones(2)]), {torch.ones(3)}, frozenset([torch.ones(4)])))
+    assert tpu.of("read") == [2.0 + 3.0 + 4.0]
+
+
 def test_on_cuda_a_synchronize_is_enough_and_nothing_is_copied(cuda: FakeAccelerator) -> None:
     wait_for({"logits": torch.randn(64, 64), "loss": torch.randn(())})
     assert cuda.events == [("synchronize", None)]

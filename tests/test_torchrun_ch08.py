@@ -18,6 +18,7 @@ import torch
 from conftest import NOTEBOOK_DIR, run_torchrun
 
 from tpuready.runtime.launch import run_workers
+from tpuready.runtime.tiny_models import tiny_qwen3_moe_config
 
 # The notebook imports its workers as `workers.ch08_...` from notebooks/; so do we (the
 # spawned ranks inherit this path).
@@ -77,16 +78,13 @@ def test_kept_tokens_match_transformers_layer(from_run_workers) -> None:
     """The notebook's claim: tokens that kept every choice get transformers' output."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="IProgress not found")
-        from transformers import Qwen3MoeConfig
         from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
 
-    config = Qwen3MoeConfig(
+    config = tiny_qwen3_moe_config(  # renormalised top-k, eager experts: chapter 8's layer
         hidden_size=worker.HIDDEN_SIZE,
         num_experts=worker.NUM_EXPERTS,
         num_experts_per_tok=worker.TOP_K,
         moe_intermediate_size=worker.EXPERT_SIZE,
-        norm_topk_prob=True,
-        experts_implementation="eager",
     )
     layer = Qwen3MoeSparseMoeBlock(config)
     layer.load_state_dict(worker.moe_weights(worker.SEED))

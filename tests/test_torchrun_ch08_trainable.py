@@ -23,9 +23,10 @@ if str(NOTEBOOK_DIR) not in sys.path:
 from workers import ch08_expert_parallel as layer_worker
 from workers import ch08_trainable_ep as worker
 
+from tpuready.runtime.tiny_models import tiny_qwen3_moe_config
+
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="IProgress not found")
-    from transformers import Qwen3MoeConfig
     from transformers.models.qwen3_moe.modeling_qwen3_moe import (
         Qwen3MoeSparseMoeBlock,
         load_balancing_loss_func,
@@ -47,13 +48,11 @@ def ranks() -> list[dict]:
 @pytest.fixture(scope="module")
 def reference() -> dict[str, torch.Tensor]:
     """transformers' layer on one process: the output and one step's gradients."""
-    config = Qwen3MoeConfig(
+    config = tiny_qwen3_moe_config(  # renormalised top-k, eager experts: chapter 8's layer
         hidden_size=layer_worker.HIDDEN_SIZE,
         num_experts=layer_worker.NUM_EXPERTS,
         num_experts_per_tok=layer_worker.TOP_K,
         moe_intermediate_size=layer_worker.EXPERT_SIZE,
-        norm_topk_prob=True,
-        experts_implementation="eager",
     )
     layer = Qwen3MoeSparseMoeBlock(config)
     layer.load_state_dict(layer_worker.moe_weights())

@@ -29,8 +29,6 @@ EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL_ERROR = 3
 
-_FORMATTERS = {"text", "json", "github"}
-
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(

@@ -15,8 +15,6 @@ and rank 0 prints every rank's result, in rank order, as one JSON line.
 from __future__ import annotations
 
 import json
-import os
-import warnings
 from typing import Any
 
 import torch
@@ -30,7 +28,12 @@ from torch.distributed.tensor import (
 )
 from torch.distributed.tensor.debug import CommDebugMode
 
-from tpuready.runtime.launch import init_rank, rank_device
+from tpuready.runtime.launch import (
+    init_rank,
+    quiet_known_warnings,
+    rank_device,
+    run_torchrun_main,
+)
 
 # The operands: A is (rows x inner), B is (inner x cols). Small enough for
 # 2 CPU cores; every dimension divides by the mesh sizes used (2 and 4).
@@ -119,7 +122,7 @@ def sharded_matmul(
 
 def run_rank(rank: int, world_size: int) -> dict[str, Any]:
     """One rank: a (2, world_size // 2) mesh, the matmul, what it holds."""
-    warnings.filterwarnings("ignore")
+    quiet_known_warnings()
     # "tpu" on a TPU, "cuda" with a GPU per rank, else "cpu" (as here).
     device_type = rank_device().type  # tpuready.runtime.launch chose it
     mesh = init_device_mesh(
@@ -139,7 +142,7 @@ def run_rank(rank: int, world_size: int) -> dict[str, Any]:
 
 def main() -> None:
     """Under torchrun: join, run `run_rank`, rank 0 prints every result."""
-    warnings.filterwarnings("ignore")
+    quiet_known_warnings()
     init_rank()  # the backend and device tpuready.runtime.launch chooses
     try:
         rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -153,9 +156,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if "RANK" not in os.environ:
-        raise SystemExit(
-            "run this file with torchrun (see the module docstring), "
-            "not with python alone"
-        )
-    main()
+    run_torchrun_main(main, __file__, nproc_per_node=4)

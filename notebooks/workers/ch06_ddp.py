@@ -18,7 +18,6 @@ none alone.
 from __future__ import annotations
 
 import json
-import warnings
 
 import torch
 import torch.distributed as dist
@@ -27,7 +26,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from tpuready.runtime.launch import init_rank, rank_device
+from tpuready.runtime.launch import (
+    init_rank,
+    quiet_known_warnings,
+    rank_device,
+    run_torchrun_main,
+)
 
 NUM_EPOCHS = 3
 BATCH_SIZE = 32  # per rank, as in the CUDA script
@@ -37,7 +41,7 @@ def ddp_worker(
     rank: int, world_size: int, num_epochs: int = NUM_EPOCHS
 ) -> dict:
     """Train the script's model under DDP; return losses and weights."""
-    warnings.filterwarnings("ignore")
+    quiet_known_warnings()
     device = rank_device()  # cuda:<local rank>, tpu:0 or cpu: tpuready chose
     torch.manual_seed(0)
     features = torch.randn(512, 16)
@@ -80,7 +84,7 @@ def ddp_worker(
 
 def main() -> None:
     """Under torchrun: join the group, run the worker, rank 0 prints JSON."""
-    warnings.filterwarnings("ignore")
+    quiet_known_warnings()
     init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     result = ddp_worker(rank, world_size)
@@ -92,4 +96,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_torchrun_main(main, __file__, nproc_per_node=2)

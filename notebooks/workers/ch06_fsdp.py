@@ -10,7 +10,6 @@ line:
 from __future__ import annotations
 
 import json
-import warnings
 
 import torch
 import torch.distributed as dist
@@ -20,7 +19,12 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from tpuready.runtime.launch import init_rank, rank_device
+from tpuready.runtime.launch import (
+    init_rank,
+    quiet_known_warnings,
+    rank_device,
+    run_torchrun_main,
+)
 
 # Every width is a multiple of 4, so each parameter splits evenly over 1, 2
 # or 4 ranks and FSDP2 pads no shard.
@@ -244,7 +248,7 @@ def fsdp_worker(
     Bytes are measured at each sharding degree that divides `world_size`:
     a 2-D mesh (replicate, shard) shards over its second dimension (HSDP).
     """
-    warnings.filterwarnings("ignore")
+    quiet_known_warnings()
     device_type = rank_device().type  # "cuda", "tpu" or "cpu": tpuready chose
     mesh = init_device_mesh(device_type, (world_size,))
     model = build_sharded_model(mesh)
@@ -294,7 +298,7 @@ def fsdp_worker(
 
 def main() -> None:
     """Under torchrun: join the group, run the worker, rank 0 prints JSON."""
-    warnings.filterwarnings("ignore")
+    quiet_known_warnings()
     init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     result = fsdp_worker(rank, world_size)
@@ -305,4 +309,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_torchrun_main(main, __file__, nproc_per_node=4)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import warnings
 
 import torch
 import torch.distributed as dist
@@ -28,7 +27,13 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from tpuready.runtime.device import compile_backend_for
-from tpuready.runtime.launch import init_rank, rank_device
+from tpuready.runtime.launch import (
+    init_rank,
+    quiet_known_warnings,
+    rank_device,
+    run_torchrun_main,
+)
+from tpuready.runtime.tiny_models import TINY_QWEN3, tiny_qwen3_config
 
 try:  # imported as workers.ch06_fsdp_practice (the notebook, the tests)
     from workers import ch06_fsdp
@@ -37,17 +42,11 @@ except ImportError:  # run as a script: torchrun puts this folder on the path
 
 MAX_NORM = 0.1  # small enough that this step's gradients get clipped
 # A tiny Qwen3 from its config: 2 decoder layers, tied embeddings.
-QWEN3_CONFIG = dict(
-    vocab_size=128,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-    max_position_embeddings=64,
-    tie_word_embeddings=True,
-)
+QWEN3_CONFIG = {
+    **TINY_QWEN3,  # tpuready's tiny sizes: 2 layers of width 32
+    "max_position_embeddings": 64,
+    "tie_word_embeddings": True,
+}
 QWEN3_BATCH, QWEN3_SEQ_LEN = 4, 16
 
 
@@ -125,10 +124,10 @@ def tiny_qwen3() -> nn.Module:
     transformers is imported here, not at the top: the notebook imports this
     module to print its functions, and only the ranks need transformers.
     """
-    from transformers import AutoModelForCausalLM, Qwen3Config
+    from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(Qwen3Config(**QWEN3_CONFIG))
+    return AutoModelForCausalLM.from_config(tiny_qwen3_config(**QWEN3_CONFIG))
 
 
 def qwen3_run(
@@ -175,7 +174,7 @@ def qwen3_reference_loss(input_ids: torch.Tensor) -> float:
 
 def practice_worker(rank: int, world_size: int) -> dict:
     """Each practice on ch06_fsdp's sharded model, then the tiny Qwen3."""
-    warnings.filterwarnings("ignore")
+    quiet_known_warnings()
     device_type = rank_device().type  # "cuda", "tpu" or "cpu": tpuready chose
     mesh = init_device_mesh(device_type, (world_size,))
     batches = ch06_fsdp.make_batches()
@@ -239,7 +238,7 @@ def practice_worker(rank: int, world_size: int) -> dict:
 
 def main() -> None:
     """Under torchrun: join the group, run the worker, rank 0 prints JSON."""
-    warnings.filterwarnings("ignore")
+    quiet_known_warnings()
     init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     result = practice_worker(rank, world_size)
@@ -249,4 +248,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_torchrun_main(main, __file__, nproc_per_node=2)

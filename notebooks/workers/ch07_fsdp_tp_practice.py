@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from collections.abc import Iterable
 
 import torch
@@ -29,7 +28,12 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
 
 from tpuready.runtime.device import compile_backend_for
-from tpuready.runtime.launch import init_rank, rank_device
+from tpuready.runtime.launch import (
+    init_rank,
+    quiet_known_warnings,
+    rank_device,
+    run_torchrun_main,
+)
 
 try:  # imported as workers.ch07_fsdp_tp_practice (the notebook, the tests)
     from workers import ch07_tensor_parallel as blocks
@@ -80,7 +84,7 @@ def fsdp_tp_practice(rank: int, world_size: int) -> dict[str, object]:
     `clip_grad_norm_` raised, the norm before and after `clip_on_meshes`,
     and every clipped gradient gathered whole.
     """
-    warnings.simplefilter("ignore")
+    quiet_known_warnings()
     model, inputs = blocks.build_model_and_batch()
     device = rank_device()  # cpu here; cuda:<local rank> or tpu:0 elsewhere
     model, inputs = model.to(device), inputs.to(device)
@@ -130,7 +134,7 @@ def fsdp_tp_practice(rank: int, world_size: int) -> dict[str, object]:
 
 def _main() -> None:
     """Under torchrun: join, run the practice, rank 0 prints one JSON line."""
-    warnings.simplefilter("ignore")
+    quiet_known_warnings()
     init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     result = fsdp_tp_practice(rank, world_size)
@@ -149,4 +153,4 @@ def _main() -> None:
 
 
 if __name__ == "__main__":
-    _main()
+    run_torchrun_main(_main, __file__, nproc_per_node=4)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-import warnings
 
 import numpy as np
 import torch
@@ -29,22 +28,22 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from tpuready.runtime.launch import init_rank, rank_device
+from tpuready.runtime.launch import (
+    init_rank,
+    quiet_known_warnings,
+    rank_device,
+    run_torchrun_main,
+)
+from tpuready.runtime.tiny_models import (
+    TENSOR_PARALLEL_QWEN3,
+    tiny_qwen3_config,
+)
 
 # A tiny Qwen3 with grouped-query attention (two query heads per KV head):
 # every split size (heads, KV heads, MLP) divides by 2 and by 4 ranks, the
 # counts `smallest_world_size(2)` gives (4 on a TPU v5e or v6e host). Column-
 # wise k/v projections must give each rank whole KV heads.
-QWEN3_SIZES = {
-    "vocab_size": 256,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 4,
-    "head_dim": 8,
-    "max_position_embeddings": 64,
-}
+QWEN3_SIZES = TENSOR_PARALLEL_QWEN3
 SEED = 0
 BATCH_SIZE, SEQ_LEN = 2, 12
 # transformers names its layer styles; these are the torch styles they mean.
@@ -55,7 +54,7 @@ REPLICATED_STYLES = frozenset({"replicated_with_grad_allreduce"})
 
 def _quiet_transformers() -> None:
     """Keep transformers' warnings, logs and progress bars out of the log."""
-    warnings.simplefilter("ignore")
+    quiet_known_warnings()
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
@@ -64,10 +63,10 @@ def _quiet_transformers() -> None:
 
 def build_and_save_qwen3(model_dir: str) -> torch.nn.Module:
     """The seeded tiny Qwen3 in float32, saved (safetensors) in `model_dir`."""
-    from transformers import AutoModelForCausalLM, Qwen3Config
+    from transformers import AutoModelForCausalLM
 
     torch.manual_seed(SEED)
-    config = Qwen3Config(**QWEN3_SIZES)
+    config = tiny_qwen3_config("tensor-parallel")
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.eval().save_pretrained(model_dir)
     return model
@@ -164,4 +163,4 @@ def _main() -> None:
 
 
 if __name__ == "__main__":
-    _main()
+    run_torchrun_main(_main, __file__, nproc_per_node=2)

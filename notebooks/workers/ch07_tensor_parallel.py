@@ -14,7 +14,6 @@ and rank 0 prints a summary as one JSON line.
 from __future__ import annotations
 
 import json
-import warnings
 
 import numpy as np
 import torch
@@ -34,7 +33,12 @@ from torch.distributed.tensor.parallel import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tpuready.runtime.launch import init_rank, rank_device
+from tpuready.runtime.launch import (
+    init_rank,
+    quiet_known_warnings,
+    rank_device,
+    run_torchrun_main,
+)
 
 # The model every rank builds and the batch it sees: small, for 2 CPU cores.
 MODEL_SIZES = {"dim": 64, "num_heads": 8, "hidden_dim": 256, "num_layers": 2}
@@ -318,7 +322,7 @@ def summarise(
 
 def _main() -> None:
     """Under torchrun: join, run every layout, rank 0 prints one JSON line."""
-    warnings.simplefilter("ignore")
+    quiet_known_warnings()
     init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     summary = summarise(run_all_layouts(rank, world_size))
@@ -328,4 +332,4 @@ def _main() -> None:
 
 
 if __name__ == "__main__":
-    _main()
+    run_torchrun_main(_main, __file__, nproc_per_node=4)

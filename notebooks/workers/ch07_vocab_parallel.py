@@ -15,7 +15,6 @@ and rank 0 prints a summary as one JSON line.
 from __future__ import annotations
 
 import json
-import warnings
 
 import torch
 import torch.distributed as dist
@@ -31,7 +30,12 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from tpuready.runtime.launch import init_rank, rank_device
+from tpuready.runtime.launch import (
+    init_rank,
+    quiet_known_warnings,
+    rank_device,
+    run_torchrun_main,
+)
 
 try:  # imported as workers.ch07_vocab_parallel (the notebook, the tests)
     from workers import ch07_tensor_parallel as blocks
@@ -151,13 +155,13 @@ def vocab_parallel_worker(
     rank: int, world_size: int
 ) -> dict[str, dict[str, object]]:
     """`run_head` both ways: logits gathered, then `loss_parallel`."""
-    warnings.simplefilter("ignore")
+    quiet_known_warnings()
     return {head: run_head(rank, world_size, head) for head in HEADS}
 
 
 def _main() -> None:
     """Under torchrun: join, run both ways, rank 0 prints one JSON line."""
-    warnings.simplefilter("ignore")
+    quiet_known_warnings()
     init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     result = vocab_parallel_worker(rank, world_size)
@@ -177,4 +181,4 @@ def _main() -> None:
 
 
 if __name__ == "__main__":
-    _main()
+    run_torchrun_main(_main, __file__, nproc_per_node=4)

@@ -21,15 +21,18 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import warnings
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tpuready.runtime.launch import init_rank, rank_device
+from tpuready.runtime.launch import (
+    init_rank,
+    quiet_known_warnings,
+    rank_device,
+    run_torchrun_main,
+)
 
 # The layer: transformers' Qwen3MoeConfig fields of the same names, kept tiny.
 HIDDEN_SIZE = 32  # hidden_size
@@ -212,7 +215,7 @@ def expert_parallel_moe(
             f"and {num_tokens} tokens"
         )
     # Nothing from a rank may reach the caller's screen.
-    warnings.filterwarnings("ignore")
+    quiet_known_warnings()
     # The same kernels under torchrun and run_workers; 4 ranks share 2 cores.
     torch.set_num_threads(1)
     experts_per_rank = NUM_EXPERTS // world_size
@@ -311,10 +314,5 @@ def main() -> None:
     dist.destroy_process_group()
 
 
-if __name__ == "__main__" and "TORCHELASTIC_RUN_ID" in os.environ:
-    main()
-elif __name__ == "__main__":
-    raise SystemExit(
-        "run me with: torchrun --standalone --nproc-per-node=4 "
-        "notebooks/workers/ch08_expert_parallel.py"
-    )
+if __name__ == "__main__":
+    run_torchrun_main(main, __file__, nproc_per_node=4)

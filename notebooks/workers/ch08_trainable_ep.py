@@ -22,9 +22,7 @@ The file runs unchanged under the standard launcher (rank 0 prints JSON):
 from __future__ import annotations
 
 import json
-import os
 import sys
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,7 +32,12 @@ import torch.distributed._functional_collectives as functional_collectives
 import torch.nn.functional as F
 
 from tpuready.inspection.syncs import HostSyncCounter
-from tpuready.runtime.launch import init_rank, rank_device
+from tpuready.runtime.launch import (
+    init_rank,
+    quiet_known_warnings,
+    rank_device,
+    run_torchrun_main,
+)
 
 if not __package__:  # run as a script by torchrun: make `workers` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -221,7 +224,7 @@ def expert_parallel_gradients(
     none arrived), and how many all-to-alls ran forward and backward.
     """
     _check_divides(world_size, num_tokens)
-    warnings.filterwarnings("ignore")
+    quiet_known_warnings()
     torch.set_num_threads(1)
     device = rank_device()
     weights = _local_parameters(rank, world_size, seed, device)
@@ -276,7 +279,7 @@ def compiled_exchange_gradient(
     """Compile a function around `exchange_with_gradient` with fullgraph=True
     (as a TorchTPU step is compiled) and check its backward: an all-to-all
     moves rows without changing them, so the gradient of sum(y ** 2) is 2x."""
-    warnings.filterwarnings("ignore")
+    quiet_known_warnings()
     torch.set_num_threads(1)
     device = rank_device()
     splits = [2] * world_size
@@ -329,7 +332,7 @@ def dropless_moe(
     the host syncs the forward pass made, and the rows it sent and received.
     """
     _check_divides(world_size, num_tokens)
-    warnings.filterwarnings("ignore")
+    quiet_known_warnings()
     torch.set_num_threads(1)
     experts_per_rank = NUM_EXPERTS // world_size
     mine = slice(rank * experts_per_rank, (rank + 1) * experts_per_rank)
@@ -425,10 +428,5 @@ def main() -> None:
     dist.destroy_process_group()
 
 
-if __name__ == "__main__" and "TORCHELASTIC_RUN_ID" in os.environ:
-    main()
-elif __name__ == "__main__":
-    raise SystemExit(
-        "run me with: torchrun --standalone --nproc-per-node=4 "
-        "notebooks/workers/ch08_trainable_ep.py"
-    )
+if __name__ == "__main__":
+    run_torchrun_main(main, __file__, nproc_per_node=4)

@@ -17,7 +17,6 @@ where rank 1 (the last stage) prints one JSON line.
 from __future__ import annotations
 
 import json
-import warnings
 import weakref
 
 import torch
@@ -30,7 +29,12 @@ from torch.distributed.pipelining import (
     ScheduleGPipe,
 )
 
-from tpuready.runtime.launch import init_rank, rank_device
+from tpuready.runtime.launch import (
+    init_rank,
+    quiet_known_warnings,
+    rank_device,
+    run_torchrun_main,
+)
 
 WIDTH, NUM_LAYERS = 32, 8
 BATCH_SIZE = 16
@@ -158,7 +162,7 @@ def run_schedule(
 
 def pipeline_worker(rank: int, world_size: int) -> dict[str, dict[int, dict]]:
     """`run_schedule` for each schedule and microbatch count: one launch."""
-    warnings.simplefilter("ignore")
+    quiet_known_warnings()
     return {
         schedule: {
             count: run_schedule(rank, world_size, schedule, count)
@@ -170,7 +174,7 @@ def pipeline_worker(rank: int, world_size: int) -> dict[str, dict[int, dict]]:
 
 def _main() -> None:
     """Under torchrun: join, run every schedule, the last stage prints JSON."""
-    warnings.simplefilter("ignore")
+    quiet_known_warnings()
     init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     results = pipeline_worker(rank, world_size)
@@ -190,4 +194,4 @@ def _main() -> None:
 
 
 if __name__ == "__main__":
-    _main()
+    run_torchrun_main(_main, __file__, nproc_per_node=2)

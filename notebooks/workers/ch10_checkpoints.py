@@ -27,7 +27,6 @@ import os
 import re
 import signal
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,12 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, init_device_mesh
 
-from tpuready.runtime.launch import init_rank, rank_device
+from tpuready.runtime.launch import (
+    init_rank,
+    quiet_known_warnings,
+    rank_device,
+    run_torchrun_main,
+)
 
 # A small MLP. HIDDEN = 10 rows split over 4 ranks as 3, 3, 3 and 1:
 # the checkpoint must cope with uneven shards too.
@@ -234,7 +238,7 @@ def train_worker(
     are saved too, so a resumed run returns the whole curve. Rank 0 also
     returns the full state as loaded and at the end.
     """
-    warnings.filterwarnings("ignore")
+    quiet_known_warnings()
     if num_steps > MAX_STEPS:
         raise ValueError(f"num_steps must be <= {MAX_STEPS}, got {num_steps}")
     model, optimizer = build(world_size)
@@ -285,7 +289,7 @@ def train_worker(
 
 def main() -> None:
     """Under torchrun: arguments ROOT NUM_STEPS EVERY; rank 0 prints JSON."""
-    warnings.filterwarnings("ignore")
+    quiet_known_warnings()
     root, num_steps, every = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -305,4 +309,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    main()
+    run_torchrun_main(main, __file__, nproc_per_node=4)

@@ -3,9 +3,9 @@ a rewrite is safe, and say what is left and why.
 
 Taught in `notebooks/01_device_agnostic_basics.ipynb` (the `--diff` of
 `notebooks/examples/train_cuda_only.py`). `fix_source(text)` and `fix_file(path)` return a
-`FixResult`; `python -m tpuready audit-source --fix PATH...` (or `python -m tpuready.audit.fix`)
-writes the files, `--diff` prints a unified diff instead. The code is rewritten with libcst, so
-comments and formatting are kept; a second run changes nothing.
+`FixResult`; `python -m tpuready audit-source --fix PATH...` (the one command line, in
+`tpuready.__main__`) writes the files, `--diff` prints a unified diff instead. The code is
+rewritten with libcst, so comments and formatting are kept; a second run changes nothing.
 
 What it rewrites (each keeps the code's behaviour on a CUDA GPU, where `device` is `cuda`):
 
@@ -61,14 +61,12 @@ magics) are left and reported.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import dataclasses
 import difflib
 import json
 import os
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,6 +101,7 @@ from tpuready.audit.fix_rewriter import (
     stand_in_text,
 )
 from tpuready.audit.sources import (
+    CUDA_ON_PURPOSE_TAG,
     IPYTHON_ONLY_LINE,
     AuditConfig,
     AuditInputError,
@@ -140,7 +139,6 @@ __all__ = [
     "fix_file",
     "fix_notebook",
     "fix_source",
-    "main",
     "run_fix",
 ]
 
@@ -151,8 +149,6 @@ FIXED_RULES: frozenset[str] = frozenset(rule.id for rule in RULE_TABLE if rule.f
 LEFT_CUDA_ONLY_RULES: frozenset[str] = frozenset(
     rule.id for rule in RULE_TABLE if rule.fix == LEAVE_CUDA_ONLY
 )
-
-CUDA_ON_PURPOSE_TAG = "cuda-on-purpose"  # notebook cells CUDA-only on purpose (see tpuready.audit)
 
 # Files larger than the audit reads are refused too (libcst holds a whole tree in memory:
 # about 1 KB a line); the audit's own limit, so what one skips the other does.
@@ -817,25 +813,3 @@ def run_fix(
                 )
                 status = max(status, EXIT_LEFT)
     return status
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m tpuready.audit.fix [--diff | --write] PATH...`; returns the exit status."""
-    parser = argparse.ArgumentParser(
-        prog="python -m tpuready.audit.fix",
-        description="Rewrite CUDA-only PyTorch code to run on any accelerator (libcst; "
-        "comments kept). Exit status: 0 nothing left, 1 something left, 2 unreadable input.",
-    )
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--diff", action="store_true", help="print a unified diff (default)")
-    mode.add_argument("--write", action="store_true", help="rewrite the files in place")
-    parser.add_argument("paths", nargs="+", metavar="PATH", help=".py, .ipynb or folder")
-    try:
-        arguments = parser.parse_args(argv)
-    except SystemExit as exit_request:
-        return exit_request.code if isinstance(exit_request.code, int) else EXIT_UNREADABLE
-    return run_fix(arguments.paths, write=arguments.write, stdout=sys.stdout, stderr=sys.stderr)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -878,9 +878,6 @@ class Auditor:
 
     # -- reporting ------------------------------------------------------------------------
 
-    def already_reported(self, node: ast.AST) -> bool:
-        return id(node) in self._reported
-
     def silence(self, node: ast.AST) -> None:
         """Mark `node` and everything under it as reported (one finding per expression)."""
         for inner in ast.walk(node):

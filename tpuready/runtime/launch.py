@@ -88,6 +88,7 @@ import tempfile
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -108,7 +109,9 @@ __all__ = [
     "choose_rank_placement",
     "init_rank",
     "prepare_launch_environment",
+    "quiet_known_warnings",
     "rank_device",
+    "run_torchrun_main",
     "run_workers",
     "smallest_world_size",
 ]
@@ -124,6 +127,39 @@ STOP_GRACE_SECONDS = 5.0
 # After a rank reports an error, the others get this long to report too, so that a rank whose
 # silent death caused that error (its peers' collectives fail) is the one named.
 FAILURE_GRACE_SECONDS = 2.0
+
+# The warnings the book's workers are known to trigger, each harmless where they trigger it
+# (measured: every worker under torchrun on CPU ranks, torch 2.13): (message, category, module).
+KNOWN_WORKER_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
+    # FSDP2 on a model whose forward returns a view: the workers apply no in-place op to it.
+    (r"FSDP2-wrapped module \(.*\) returned a view tensor", UserWarning, r"torch\.distributed"),
+    # A module tracker's backward hooks (CommDebugMode, chapter 7) on a first layer whose
+    # input needs no gradient: the hook has nothing to report there.
+    (
+        r"Full backward hook is firing when gradients are computed with respect to module outputs",
+        UserWarning,
+        "",
+    ),
+)
+
+
+def quiet_known_warnings() -> None:
+    """Hide the warnings in `KNOWN_WORKER_WARNINGS`, and only those, so a worker's log and a
+    reader's torchrun screen stay clean while any other warning still shows."""
+    for message, category, module in KNOWN_WORKER_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
+
+
+def run_torchrun_main(main: Callable[[], None], script: str, nproc_per_node: int) -> None:
+    """A worker file's entry point: run `main` where torchrun started this process (RANK is
+    set), else exit with the torchrun command that runs `script`, instead of failing later."""
+    if "RANK" not in os.environ:
+        raise SystemExit(
+            f"run this file with torchrun, not with python alone: torchrun --standalone "
+            f"--nproc-per-node={nproc_per_node} {os.path.relpath(script)}"
+        )
+    quiet_known_warnings()
+    main()
 
 
 class WorkerCrashedError(RuntimeError):

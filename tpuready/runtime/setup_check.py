@@ -21,6 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import Specifier
+from packaging.utils import canonicalize_name
+
 __all__ = [
     "MINIMUM_PYTHON",
     "MYST_LAB_EXTENSION",
@@ -48,7 +52,8 @@ SMOKE_TEST_SECONDS = 60.0  # ranks start in 3-8 s on a 2-core laptop; this bound
 NOTEBOOK_SECONDS = 120  # the whole notebook, kernel start included (under 20 s on a laptop)
 # Where jupyterlab-myst puts its Lab extension inside the environment (its wheel's data files).
 MYST_LAB_EXTENSION = Path("share/jupyter/labextensions/jupyterlab-myst/package.json")
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)")
+# Where a requirement line's comment (`#`) or per-line options (`--hash=...`) begin, as pip reads.
+_PIP_EXTRAS = re.compile(r"(?:^|\s)(?:#|--)")
 
 
 @dataclass(frozen=True)
@@ -63,13 +68,10 @@ class CheckResult:
         return f"{'ok ' if self.passed else 'FIX'}  {self.name}: {self.detail}"
 
 
-def _normalized(distribution: str) -> str:
-    """A distribution's name as pip compares names (PEP 503): `Jinja2` and `jinja2` match."""
-    return re.sub(r"[-_.]+", "-", distribution).lower()
-
-
 def read_pins(requirements: Path) -> dict[str, str]:
-    """Every `name==version` line of a requirements file, keyed by normalized name."""
+    """Every `name==version` pin of a requirements file whose marker holds here, keyed by the
+    name as pip compares names (PEP 503: `Jinja2` is `jinja2`); read with `packaging`, as pip
+    reads it. Comments, pip options and ranges are not pins."""
     if not requirements.is_file():
         raise FileNotFoundError(
             f"no requirements file at {requirements}: run the check from the repository's "
@@ -77,10 +79,26 @@ def read_pins(requirements: Path) -> dict[str, str]:
         )
     pins = {}
     for line in requirements.read_text().splitlines():
-        match = _PIN.match(line.strip())
-        if match:
-            pins[_normalized(match.group(1))] = match.group(2)
+        # pip's comments start a line or follow a space; its per-line options follow one too.
+        text = _PIP_EXTRAS.split(line, maxsplit=1)[0].strip()
+        if not text or text.startswith("-"):
+            continue  # a blank line, a comment, or an option such as -r or --index-url
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            continue  # not a requirement pip would install from this line either
+        specifiers = list(requirement.specifier)
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue  # pinned for another platform or Python
+        if len(specifiers) == 1 and specifiers[0].operator == "==":
+            pins[canonicalize_name(requirement.name)] = specifiers[0].version
     return pins
+
+
+def _matches_pin(found: str, pinned: str) -> bool:
+    """Whether installed version `found` is `==pinned` as pip reads it: a local label names
+    a build of the pinned version (torch 2.13.0+cpu is torch==2.13.0), and 2.13 is 2.13.0."""
+    return Specifier(f"=={pinned}").contains(found, prereleases=True)
 
 
 def _installed_version(distribution: str) -> str | None:
@@ -116,8 +134,7 @@ def check_pins(
     wrong = []
     for name, pinned in pins.items():
         found = installed(name)
-        # A local label names a build of the pinned version: torch 2.13.0+cpu is torch==2.13.0.
-        if found is None or found.split("+")[0] != pinned:
+        if found is None or not _matches_pin(found, pinned):
             wrong.append(f"{name} {found or 'missing'} (pinned {pinned})")
     if not wrong:
         # No count: the output stays the same when a pin is added.
@@ -199,17 +216,11 @@ def check_transformers() -> CheckResult:
     with warnings.catch_warnings():
         # tqdm's note, in a kernel without ipywidgets, that progress bars fall back to text.
         warnings.filterwarnings("ignore", message="IProgress not found")
-        from transformers import AutoModelForCausalLM, Qwen3Config
+        from transformers import AutoModelForCausalLM
 
-    config = Qwen3Config(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-    )
+    from tpuready.runtime.tiny_models import tiny_qwen3_config
+
+    config = tiny_qwen3_config()  # the book's smallest Qwen3 (TINY_QWEN3)
     try:
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config).eval()

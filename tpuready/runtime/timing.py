@@ -37,6 +37,7 @@ from time import perf_counter
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 __all__ = ["EMULATED_NOTE", "TimingError", "TimingResult", "time_call", "timing_note", "wait_for"]
 
@@ -59,17 +60,16 @@ class TimingError(ValueError):
 def _tensors_in(result: object) -> list[torch.Tensor]:
     """Every tensor in `result`: a tensor, or tensors nested in tuples, lists, sets and
     mappings (a module's output, such as a Hugging Face `ModelOutput`); other leaves are
-    ignored."""
+    ignored. PyTorch's pytree walks the containers it knows; a container it leaves whole
+    (a set, a `Mapping` that is not a dict, a subclass of list or tuple) is opened here."""
     found: list[torch.Tensor] = []
-    pending = [result]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, torch.Tensor):
-            found.append(item)
-        elif isinstance(item, Mapping):
-            pending.extend(item.values())
-        elif isinstance(item, tuple | list | set | frozenset):
-            pending.extend(item)
+    for leaf in tree_leaves(result):
+        if isinstance(leaf, torch.Tensor):
+            found.append(leaf)
+        elif isinstance(leaf, Mapping):
+            found += _tensors_in(list(leaf.values()))
+        elif isinstance(leaf, tuple | list | set | frozenset):
+            found += _tensors_in(list(leaf))
     return found
 
 
