@@ -77,7 +77,7 @@ def read_pins(requirements: Path) -> dict[str, str]:
             f"no requirements file at {requirements}: run the check from the repository's "
             "notebooks/ folder (or the bundle's), or pass --requirements PATH"
         )
-    pins = {}
+    pins: dict[str, str] = {}
     for line in requirements.read_text().splitlines():
         # pip's comments start a line or follow a space; its per-line options follow one too.
         text = _PIP_EXTRAS.split(line, maxsplit=1)[0].strip()
