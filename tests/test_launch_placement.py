@@ -492,7 +492,8 @@ def test_no_source_names_a_backend_for_init_process_group(path: Path) -> None:
 
 
 def entry_functions(module: ast.Module) -> list[ast.FunctionDef]:
-    """The module's functions that its `if __name__ == "__main__":` blocks call."""
+    """The module's functions that its `if __name__ == "__main__":` blocks call or hand to
+    `run_torchrun_main`."""
     functions = {node.name: node for node in module.body if isinstance(node, ast.FunctionDef)}
     entries = []
     for node in module.body:
@@ -501,6 +502,12 @@ def entry_functions(module: ast.Module) -> list[ast.FunctionDef]:
                 for call in ast.walk(statement):
                     if isinstance(call, ast.Call) and called_name(call) in functions:
                         entries.append(functions[called_name(call)])
+                    elif isinstance(call, ast.Call):  # run_torchrun_main(main, __file__, ...)
+                        entries += [
+                            functions[argument.id]
+                            for argument in call.args
+                            if isinstance(argument, ast.Name) and argument.id in functions
+                        ]
     return entries
 
 
