@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import hypothesis
 import numpy as np
 import pytest
 import torch
@@ -541,3 +542,9 @@ def test_a_torus_piece_wraps_or_not(wraps: object) -> None:
 def test_a_dcn_bandwidth_is_checked_when_given(dcn: object) -> None:
     with pytest.raises(ici.IciModelError, match="dcn_bytes_per_second"):
         ici.AxisLayout(RING.pieces, 45e9, dcn_bytes_per_second=dcn)
+
+
+def test_no_property_test_has_a_wall_clock_deadline() -> None:
+    # conftest.py loads a profile without Hypothesis's 200 ms deadline: a busy machine must not
+    # fail a test about values.
+    assert hypothesis.settings.default.deadline is None
