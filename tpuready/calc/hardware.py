@@ -111,8 +111,9 @@ class UnknownChipError(InputError):
     """Raised by `get_chip` for a name that is neither a canonical name nor an alias."""
 
 
-class NoPeakFigureError(ValueError):
-    """Raised by `device_peak_flops_per_second` for a device the table holds no peak for."""
+class NoPeakFigureError(InputError):
+    """Raised by `device_peak_flops_per_second` for a device the table holds no peak for (an
+    `InputError`, so a `ValueError`: the device or dtype given has no figure here)."""
 
 
 @dataclass(frozen=True)
@@ -819,6 +820,15 @@ _NVIDIA_OTHER_FORMS = {"PCIE", "NVL"}
 def chip_for_device_name(device_type: str, device_name: str) -> Chip:
     """The table's chip for the name a runtime reports: `torch.cuda.get_device_name()` on
     "cuda" ("NVIDIA H100 80GB HBM3"), `torch.tpu.get_device_name()` on "tpu" ("TPU v6e")."""
+    for argument, value, example in (
+        ("device_type", device_type, "'cuda'"),
+        ("device_name", device_name, "'NVIDIA H100 80GB HBM3'"),
+    ):
+        if not isinstance(value, str):
+            raise NoPeakFigureError(
+                f"{argument} must be a string such as {example}, got {value!r} "
+                f"({type(value).__name__}): pass what torch reports for the device"
+            )
     if device_type == "cuda":
         words = set(re.split(r"[\s_\-]+", device_name.upper()))
         rows = sorted(words & set(_NVIDIA_ROWS))
@@ -842,8 +852,8 @@ def chip_for_device_name(device_type: str, device_name: str) -> Chip:
             f"{', '.join(c.name for c in CHIPS if c.vendor == 'Google')}"
         )
     raise NoPeakFigureError(
-        f"the table holds no {device_type!r} devices, only 'cuda' and 'tpu' ones; measure "
-        "the peak with a large matmul, as chapter 15 does in step 2"
+        f"device_type {device_type!r}: the table holds no {device_type!r} devices, only 'cuda' "
+        "and 'tpu' ones; measure the peak with a large matmul, as chapter 15 does in step 2"
     )
 
 

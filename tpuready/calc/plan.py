@@ -157,6 +157,12 @@ class ModelConfig:
                 fix="read it from the model's config.json",
                 error=PlanError,
             )
+        if not isinstance(self.tied_embeddings, bool):  # "no" would count as tied
+            raise PlanError(
+                f"{self.name}: tied_embeddings must be True or False, got "
+                f"{self.tied_embeddings!r} ({type(self.tied_embeddings).__name__}): read "
+                "tie_word_embeddings from the model's config.json"
+            )
         if self.num_heads % self.num_kv_heads:
             raise PlanError(
                 f"{self.name}: num_heads={self.num_heads} is not a multiple of "
