@@ -797,7 +797,9 @@ def get_chip(name: str) -> Chip:
     return chip
 
 
-def as_chip(chip: object, *, argument: str = "chip", error: type[InputError] = InputError) -> Chip:
+def as_chip(
+    chip: object, *, argument: str = "chip", error: type[InputError] = UnknownChipError
+) -> Chip:
     """`chip` if it is a `Chip`, the chip it names if it is a name (`get_chip`, whose
     `UnknownChipError` is an `InputError` too), else `error` naming the argument: how the
     calculators take a chip."""
@@ -806,7 +808,7 @@ def as_chip(chip: object, *, argument: str = "chip", error: type[InputError] = I
     if not isinstance(chip, str):
         raise error(
             f"{argument} must be a tpuready.calc.hardware.Chip or a chip name such as 'v5e', got "
-            f"{chip!r} ({type(chip).__name__})"
+            f"{chip!r} ({type(chip).__name__}): pass one of tpuready.calc.hardware.known_names()"
         )
     return get_chip(chip)
 
@@ -871,6 +873,16 @@ def device_peak_flops_per_second(
 
     dtype = torch.bfloat16 if dtype is None else dtype
     device = torch.device(device) if isinstance(device, str) else device
+    if not isinstance(getattr(device, "type", None), str):  # a torch.device, or one like it
+        raise NoPeakFigureError(
+            f"device must be a torch.device or a name such as 'cuda', got {device!r} "
+            f"({type(device).__name__}): pass the device the model runs on"
+        )
+    if not isinstance(dtype, torch.dtype):
+        raise NoPeakFigureError(
+            f"dtype must be a torch.dtype, got {dtype!r} ({type(dtype).__name__}): pass "
+            "torch.bfloat16 or leave it out"
+        )
     if dtype != torch.bfloat16:
         raise NoPeakFigureError(
             f"the table holds dense bf16 peaks only, got dtype={dtype}; a {dtype} matmul runs "
