@@ -276,7 +276,7 @@ def test_ranks_exit_and_leave_no_files_when_the_caller_is_killed(
     pid_dir.mkdir()
     caller_temporary_dir.mkdir()
     # The caller imports the same tpuready as this test (and launch_workers from here).
-    package_root = Path(tpuready.runtime.launch.__file__).parents[1]
+    package_root = Path(tpuready.runtime.launch.__file__).parents[2]
     python_path = [str(Path(__file__).parent), str(package_root), os.environ.get("PYTHONPATH", "")]
     environment = dict(
         os.environ,
