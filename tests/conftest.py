@@ -14,6 +14,12 @@ from typing import Any
 
 import nbformat
 import pytest
+from hypothesis import settings
+
+# Properties are about values, not speed: Hypothesis's 200 ms deadline per example failed tests
+# on a busy two-core machine, so no test gets one (a test's own settings still apply on top).
+settings.register_profile("tpuready", deadline=None)
+settings.load_profile("tpuready")
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = REPOSITORY / "notebooks"

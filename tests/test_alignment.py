@@ -10,7 +10,7 @@ from fractions import Fraction
 
 import pytest
 from conftest import REPOSITORY, unpadded
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tpuready.calc import hardware
@@ -34,8 +34,6 @@ from tpuready.calc.roofline import Roofline
 from tpuready.pages.alignment import cheat_sheet_markdown
 
 CHEAT_SHEET = REPOSITORY / "book" / "hardware-alignment-cheat-sheet.md"
-# Properties are about values, not speed: no per-example wall-clock deadline.
-no_deadline = settings(deadline=None)
 sizes = st.integers(min_value=1, max_value=10**7)
 tiles = st.integers(min_value=1, max_value=1024)
 
@@ -134,7 +132,6 @@ def test_mxu_tile_reads_the_hardware_table(name: str, tile: int) -> None:
 # --- properties ------------------------------------------------------------------------------
 
 
-@no_deadline
 @given(sizes, tiles)
 def test_round_up_is_the_smallest_multiple_at_least_value(value: int, multiple: int) -> None:
     padded = round_up(value, multiple)
@@ -143,7 +140,6 @@ def test_round_up_is_the_smallest_multiple_at_least_value(value: int, multiple: 
     assert padded - multiple < value  # one multiple less would be too small
 
 
-@no_deadline
 @given(sizes, tiles)
 def test_utilization_is_in_zero_one(dim: int, tile: int) -> None:
     assert 0 < tile_utilization(dim, tile) <= 1
@@ -151,20 +147,17 @@ def test_utilization_is_in_zero_one(dim: int, tile: int) -> None:
     assert tile_utilization(dim, tile) == float(Fraction(dim, round_up(dim, tile)))
 
 
-@no_deadline
 @given(st.integers(min_value=1, max_value=10**5), tiles)
 def test_utilization_is_exactly_one_for_multiples(count: int, tile: int) -> None:
     assert tile_utilization(count * tile, tile) == 1.0
 
 
-@no_deadline
 @given(sizes, tiles)
 def test_utilization_is_below_one_off_the_multiples(dim: int, tile: int) -> None:
     if dim % tile:
         assert tile_utilization(dim, tile) < 1
 
 
-@no_deadline
 @given(sizes, sizes, sizes, tiles)
 def test_matmul_utilization_is_at_most_each_factor(m: int, k: int, n: int, tile: int) -> None:
     whole = matmul_tile_utilization(m, k, n, tile)
@@ -176,7 +169,6 @@ def test_matmul_utilization_is_at_most_each_factor(m: int, k: int, n: int, tile:
         assert streamed_utilization(m) >= tile_utilization(m, tile)
 
 
-@no_deadline
 @given(sizes, tiles)
 def test_advice_pads_to_full_utilization(dim: int, multiple: int) -> None:
     advice = recommend_padding(dim, multiple)

@@ -510,7 +510,7 @@ def test_smallest_world_size_refuses_more_than_a_host_runs(
     monkeypatch.setattr(tpuready.runtime.launch, "allowed_rank_counts", lambda: (1, 4, 8))
     with pytest.raises(ValueError, match="at most 8 ranks, fewer than 16"):
         tpuready.runtime.launch.smallest_world_size(16)
-    with pytest.raises(ValueError, match="at_least must be an int >= 1"):
+    with pytest.raises(ValueError, match="at_least must be at least 1"):
         tpuready.runtime.launch.smallest_world_size(0)
 
 

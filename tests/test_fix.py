@@ -1006,6 +1006,19 @@ def test_dropping_a_positional_nccl_names_the_arguments_after_it(call: str, fixe
     assert not result.left
 
 
+@pytest.mark.parametrize(
+    "backend", ['"NCCL"', '"Nccl"', 'backend="NCCL"', "dist.Backend.NCCL", "backend='nccl'"]
+)
+def test_nccl_in_any_case_is_dropped_as_torch_reads_it(backend: str) -> None:
+    # torch.distributed lower-cases a backend name: "NCCL" asks for NCCL just as "nccl" does.
+    result = fix.fix_source(
+        f'import torch.distributed as dist\ndist.init_process_group({backend}, init_method="env://")\n'
+    )
+    assert result.fixed.splitlines()[1] == 'dist.init_process_group(init_method="env://")'
+    assert [change.rule for change in result.changes] == ["nccl-backend"]
+    assert not result.left
+
+
 @pytest.mark.parametrize("call", ['"nccl", *rest', '"nccl", a, b, c, d, e, f, g'])
 def test_a_positional_nccl_whose_followers_cannot_be_named_is_left_and_reported(call: str) -> None:
     source = f"import torch.distributed as dist\ndist.init_process_group({call})\n"

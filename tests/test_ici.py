@@ -223,10 +223,19 @@ def test_dcn_without_a_figure_fails_naming_it():
         ("v5e", 256, (16, 16)),
         ("v5p", 4, (1, 2, 2)),
         ("v7", 16, (2, 2, 4)),
+        ("v5p", 128, (4, 4, 8)),
     ],
 )
 def test_default_slice_shapes(chip, chips, shape):
     assert default_slice_shape(chip, chips) == shape
+
+
+def test_of_equally_long_slices_the_one_whose_sides_wrap_wins():
+    # 128 v5p chips: (4, 4, 8) and (2, 8, 8) both have 8 as their longest side, but a v5p
+    # slice wraps only when it is whole 4x4x4 cubes, so (4, 4, 8) gets three rings.
+    assert get_chip("v5p").slice_wraps((4, 4, 8)) == (True, True, True)
+    assert get_chip("v5p").slice_wraps((2, 8, 8)) == (False, False, False)
+    assert default_slice_shape("v5p", 128) == (4, 4, 8)
 
 
 @given(st.sampled_from(["v5e", "v6e", "v5p", "v7"]), st.integers(1, 256))

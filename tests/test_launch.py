@@ -40,7 +40,13 @@ from launch_workers import (
 )
 
 import tpuready.runtime.launch
-from tpuready.runtime.launch import WorkerCrashedError, WorkersTimedOutError, run_workers
+from tpuready.runtime.launch import (
+    LOG_TAIL_BYTES,
+    LOG_TAIL_LINES,
+    WorkerCrashedError,
+    WorkersTimedOutError,
+    run_workers,
+)
 
 # A safety net: no test may hang the suite even if the launcher's own timeout broke.
 pytestmark = pytest.mark.timeout(180)
@@ -143,6 +149,22 @@ def test_a_crashing_rank_raises_its_traceback_without_waiting_for_the_timeout(
     assert "in fail_on_one_rank" in message
     assert "rank 1 is about to fail" in error.log_tail  # the rank's own output, from its log
     assert capfd.readouterr() == ("", "")
+
+
+def test_a_failing_rank_shows_the_last_lines_of_its_log_not_the_first() -> None:
+    # The error names what the rank did last, where it failed: the tail of its log.
+    log = tpuready.runtime.launch._LogFile.create()
+    try:
+        assert log.tail() == "(nothing)\n"
+        lines = [f"line {number}" for number in range(LOG_TAIL_LINES + 10)]
+        os.write(log.fd, ("\n".join(lines) + "\n").encode())
+        assert log.tail() == "\n".join(lines[-LOG_TAIL_LINES:]) + "\n"
+        # A log longer than LOG_TAIL_BYTES is read from its end, and the line cut there is
+        # dropped: only whole lines from the end come back.
+        os.write(log.fd, b"x" * LOG_TAIL_BYTES + b"\nlast words\n")
+        assert log.tail() == "last words\n"
+    finally:
+        log.close()
 
 
 def test_a_rank_that_dies_without_a_traceback_is_named_with_its_exit_code() -> None:
@@ -358,7 +380,7 @@ def test_unpicklable_arguments_are_refused_before_spawning() -> None:
 @pytest.mark.parametrize("world_size", [0, -2, 2.0, True, "2", None])
 @pytest.mark.usefixtures("spawning_forbidden")
 def test_a_bad_world_size_is_refused_with_its_value(world_size: object) -> None:
-    with pytest.raises(ValueError, match=f"world_size .*got {re.escape(repr(world_size))}$"):
+    with pytest.raises(ValueError, match=f"^world_size .*got {re.escape(repr(world_size))}"):
         run_workers(noisy_all_reduce, world_size)  # type: ignore[arg-type]
 
 
@@ -366,5 +388,5 @@ def test_a_bad_world_size_is_refused_with_its_value(world_size: object) -> None:
 @pytest.mark.parametrize("seconds", [0, -1.5, math.nan, math.inf, "5", True, None])
 @pytest.mark.usefixtures("spawning_forbidden")
 def test_a_bad_timeout_is_refused_with_its_value(name: str, seconds: object) -> None:
-    with pytest.raises(ValueError, match=f"^{name} .*got {re.escape(repr(seconds))}$"):
+    with pytest.raises(ValueError, match=f"^{name} .*got {re.escape(repr(seconds))}"):
         run_workers(noisy_all_reduce, 2, **{name: seconds})

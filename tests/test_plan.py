@@ -152,6 +152,44 @@ def test_recomputation_saves_activations_and_costs_compute():
     assert again.memory_bytes < plain.memory_bytes
 
 
+def test_activations_tensor_bytes_and_hbm_traffic_by_hand():
+    # Two layers, two KV heads (kv_dim 8), tensor=2 on 2 chips: 16 sequences of 4 tokens stay
+    # whole on each chip (tensor does not split the batch), so 64 tokens.
+    model = dataclasses.replace(TINY, num_layers=2, num_kv_heads=2)
+    plans = {
+        recompute: make_plan(
+            model, {"tensor": 2}, "v7", num_chips=2, global_batch=16, seq_len=4, recompute=recompute
+        )
+        for recompute in (True, False)
+    }
+    plan = plans[True]
+    assert plan.tokens_per_chip == 64
+    # Per token and layer, in bf16: attention 4*8 + (2*8 + 2*8)/2 = 48, experts
+    # 2 * (8 + 3*6/2) = 34, plus the fp32 router probabilities 4*4: 2*82 + 16 = 180 bytes.
+    # Logits: 64 tokens * ceil(10/2) * 4 bytes = 1,280.
+    # Without recomputation: 2 layers * 64 * 180 + 1,280 = 24,320.
+    # With it: each layer's bf16 input 2 * 64 * 8*2 = 2,048, one layer's set 64 * 180 = 11,520,
+    # and the logits: 14,848.
+    assert plan.activation_bytes_full == 24_320
+    assert plan.activation_bytes_recompute == 14_848
+    assert plan.activation_bytes == 14_848 and plans[False].activation_bytes == 24_320
+    # Tensor: all-reduces of 64 tokens * 8 * 2 bytes = 1,024 bytes, of which a ring of 2
+    # receives 2 * (1/2) * 1,024 = 1,024; per layer 2 forward + 2 backward, and 2 more
+    # forward when recomputing: 2 layers * 6 * 1,024 = 12,288, or 2 * 4 * 1,024 = 8,192.
+    assert plan.ici_bytes == {"data": 0, "fsdp": 0, "expert": 0, "tensor": 12_288}
+    assert plans[False].ici_bytes["tensor"] == 8_192
+    # Parameters on a chip: per layer q, o 2 * 4*8 = 64, k, v 2 * 4*8 = 64, router 32,
+    # experts 4 * (6*8 + 8*3) = 288, norms 2*4 + 2*8 = 24, so 472; embedding and head
+    # 2 * 5*8 = 80; final norm 8: 2 * 472 + 80 + 8 = 1,032, all of them computed with.
+    assert plan.params_per_chip == plan.compute_params_per_chip == 1_032
+    # HBM: weights read in bf16 each pass (3 with recomputation) plus fp32 gradients written,
+    # 1,032 * (2*3 + 4) = 10,320; the optimizer reads and writes 1,032 * (16 + 12 + 2) = 30,960;
+    # activations written and read, 2 * 14,848 = 29,696. Without recomputation:
+    # 1,032 * (2*2 + 4) + 30,960 + 2 * 24,320.
+    assert plan.hbm_traffic_bytes == 10_320 + 30_960 + 29_696 == 70_976
+    assert plans[False].hbm_traffic_bytes == 8_256 + 30_960 + 48_640 == 87_856
+
+
 def test_step_time_is_the_slowest_roofline_term():
     plan = tiny_plan(fsdp=2, expert=2)
     assert plan.step_seconds == max(plan.times.values())

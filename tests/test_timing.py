@@ -15,13 +15,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tpuready.runtime import timing
 from tpuready.runtime.timing import TimingError, TimingResult, time_call, wait_for
-
-no_deadline = settings(deadline=None)  # values, not speed: a loaded machine must not flake
 
 
 class FakeAccelerator:
@@ -261,7 +259,6 @@ def test_a_result_with_impossible_samples_is_refused(seconds: object, message: s
 samples = st.lists(st.floats(min_value=0, max_value=1e6, allow_nan=False), min_size=1, max_size=30)
 
 
-@no_deadline
 @given(values=samples)
 def test_minimum_is_a_sample_no_larger_than_any(values: list[float]) -> None:
     result = TimingResult(tuple(values))
@@ -269,7 +266,6 @@ def test_minimum_is_a_sample_no_larger_than_any(values: list[float]) -> None:
     assert all(result.minimum <= value for value in values)
 
 
-@no_deadline
 @given(values=samples)
 def test_median_splits_the_samples_in_half(values: list[float]) -> None:
     median = TimingResult(tuple(values)).median
@@ -278,7 +274,6 @@ def test_median_splits_the_samples_in_half(values: list[float]) -> None:
     assert min(values) <= median <= max(values)
 
 
-@no_deadline
 @given(data=st.data(), values=samples)
 def test_order_of_the_samples_does_not_change_the_figures(data, values: list[float]) -> None:
     shuffled = data.draw(st.permutations(values))

@@ -10,18 +10,32 @@ floats must give the same answer as Python's.
 
 from __future__ import annotations
 
+import inspect
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
+import hypothesis
 import numpy as np
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpuready.calc import alignment, buckets, ici, inference, plan, roofline, serving
+from tpuready.calc import (
+    alignment,
+    buckets,
+    hardware,
+    ici,
+    inference,
+    plan,
+    roofline,
+    serving,
+    titan,
+)
 from tpuready.calc.hardware import UnknownChipError, get_chip
+from tpuready.runtime import launch, timing
 from tpuready.validate import InputError, number, one_of, whole_number
 
 TINY_MOE = plan.ModelConfig(
@@ -464,6 +478,13 @@ def test_every_calculator_error_is_one_family():
         ici.IciModelError,
         plan.PlanError,
         UnknownChipError,
+        hardware.NoPeakFigureError,
+        titan.TitanConfigError,
+        titan.TitanRejection,
+        serving.ServingBucketError,
+        inference.InferenceError,
+        timing.TimingError,
+        launch.LaunchInputError,
     ):
         assert issubclass(error, InputError) and issubclass(error, ValueError)
 
@@ -541,3 +562,208 @@ def test_a_torus_piece_wraps_or_not(wraps: object) -> None:
 def test_a_dcn_bandwidth_is_checked_when_given(dcn: object) -> None:
     with pytest.raises(ici.IciModelError, match="dcn_bytes_per_second"):
         ici.AxisLayout(RING.pieces, 45e9, dcn_bytes_per_second=dcn)
+
+
+def test_no_property_test_has_a_wall_clock_deadline() -> None:
+    # conftest.py loads a profile without Hypothesis's 200 ms deadline: a busy machine must not
+    # fail a test about values.
+    assert hypothesis.settings.default.deadline is None
+
+
+# --------------------------------------------------------------------------------------------
+# Every public calculator, one bad value each: its module's InputError, naming the argument,
+# the value and a fix. (name, argument as the message names it, bad value, the call.)
+
+V5E_BUCKETS = serving.EngineBuckets.from_settings(512, 64)
+PLAN = plan.make_plan(TINY_MOE, {"fsdp": 4}, "v5e", num_chips=4, global_batch=8, seq_len=128)
+TINY_FIELDS = {name: getattr(TINY_MOE, name) for name in TINY_MOE.__dataclass_fields__}
+
+BAD_INPUTS: list[tuple[str, str, object, Callable[[Any], object]]] = [
+    # hardware
+    ("hardware.get_chip", "chip", "v99", lambda v: get_chip(v)),  # "unknown chip 'v99'"
+    ("hardware.as_chip", "chip", 5, lambda v: hardware.as_chip(v)),
+    ("hardware.chip_for_device_name", "device_name", None,
+     lambda v: hardware.chip_for_device_name("cuda", v)),
+    ("hardware.chip_for_device_name", "device_type", 7,
+     lambda v: hardware.chip_for_device_name(v, "TPU v6e")),
+    ("hardware.device_peak_flops_per_second", "device", 5,
+     lambda v: hardware.device_peak_flops_per_second(v)),
+    ("hardware.device_peak_flops_per_second", "dtype", "bf16",
+     lambda v: hardware.device_peak_flops_per_second("cuda", v)),
+    # ici
+    ("ici.AxisLayout", "link_bytes_per_second", -1.0, lambda v: ici.AxisLayout(RING.pieces, v)),
+    ("ici.TorusPiece", "size", 0, lambda v: ici.TorusPiece(v, True)),
+    ("ici.bytes_received", "group_size", 2.5, lambda v: ici.bytes_received("all-gather", 1e9, v)),
+    ("ici.bytes_received_formula", "kind", "broadcast", lambda v: ici.bytes_received_formula(v)),
+    ("ici.check_total_bytes", "total_bytes", "1e9", lambda v: ici.check_total_bytes(v)),
+    ("ici.collective_seconds", "total_bytes", math.nan,
+     lambda v: ici.collective_seconds("all-gather", v, RING)),
+    ("ici.default_slice_shape", "num_chips", True, lambda v: ici.default_slice_shape("v5e", v)),
+    ("ici.layout_mesh", "slices", 0,
+     lambda v: ici.layout_mesh("v5e", {"fsdp": 4}, (2, 2), slices=v)),
+    # plan
+    ("plan.ModelConfig", "tied_embeddings", "no",
+     lambda v: plan.ModelConfig(**{**TINY_FIELDS, "tied_embeddings": v})),
+    ("plan.ModelConfig", "num_layers", 2.0,
+     lambda v: plan.ModelConfig(**{**TINY_FIELDS, "num_layers": v})),
+    ("plan.ModelConfig.from_transformers", "name", 5,
+     lambda v: plan.ModelConfig.from_transformers(object(), v)),
+    ("plan.ModelConfig.flops_per_token", "seq_len", -1, lambda v: TINY_MOE.flops_per_token(v)),
+    ("plan.checked_hbm_headroom", "hbm_headroom", 1.5, lambda v: plan.checked_hbm_headroom(v)),
+    ("plan.make_plan", "global_batch", None,
+     lambda v: plan.make_plan(TINY_MOE, {"fsdp": 4}, "v5e", num_chips=4, global_batch=v,
+                              seq_len=128)),
+    ("plan.shard_len", "length", "10", lambda v: plan.shard_len(v, 2)),
+    # titan
+    ("titan.titan_degrees", "devices_per_chip", 0,
+     lambda v: titan.titan_degrees({"fsdp": 4}, devices_per_chip=v)),
+    ("titan.titan_flags", "module", 42, lambda v: titan.titan_flags(PLAN, module=v, config="c")),
+    ("titan.rejected_flag", "message", 42, lambda v: titan.rejected_flag(v)),
+    # buckets
+    ("buckets.optimal_buckets", "lengths", 5, lambda v: buckets.optimal_buckets(v, 2)),
+    ("buckets.optimal_buckets", "k", True, lambda v: buckets.optimal_buckets([3, 9, 40], v)),
+    ("buckets.optimal_buckets", "lengths[1]", True, lambda v: buckets.optimal_buckets([3, v], 1)),
+    ("buckets.optimal_buckets", "lengths[0]", False, lambda v: buckets.optimal_buckets([v], 1)),
+    ("buckets.bucket_for", "buckets", 8, lambda v: buckets.bucket_for(3, v)),
+    ("buckets.pad_to_bucket", "padding_side", "top",
+     lambda v: buckets.pad_to_bucket([[1, 2]], (4, 8), padding_side=v)),
+    ("buckets.padded_tokens", "buckets", "ab", lambda v: buckets.padded_tokens([3], v)),
+    ("buckets.padding_stats", "lengths", 3.5, lambda v: buckets.padding_stats(v, (4, 8))),
+    # alignment
+    ("alignment.round_up", "multiple", 0, lambda v: alignment.round_up(100, v)),
+    ("alignment.tile_utilization", "tile", "128", lambda v: alignment.tile_utilization(100, v)),
+    ("alignment.streamed_utilization", "rows", -3, lambda v: alignment.streamed_utilization(v)),
+    ("alignment.matmul_tile_utilization", "k", 1.5,
+     lambda v: alignment.matmul_tile_utilization(8, v, 8, 128)),
+    ("alignment.layout_padded_shape", "rows_per_sublane", 0,
+     lambda v: alignment.layout_padded_shape(8, 8, v)),
+    ("alignment.layout_utilization", "columns", None, lambda v: alignment.layout_utilization(8, v)),
+    ("alignment.mxu_tile", "chip_name", 7, lambda v: alignment.mxu_tile(v)),
+    ("alignment.padded_dims", "multiple", True, lambda v: alignment.padded_dims({"v": 3}, v)),
+    ("alignment.recommend_padding", "dim", 0, lambda v: alignment.recommend_padding(v, 128)),
+    # roofline
+    ("roofline.Roofline", "bytes_per_second", 0.0, lambda v: roofline.Roofline("cpu", 1e12, v)),
+    ("roofline.Roofline.from_chip", "chip", None, lambda v: roofline.Roofline.from_chip(v)),
+    ("roofline.Roofline.attainable_flops_per_second", "intensity", -1.0,
+     lambda v: V5E.attainable_flops_per_second(v)),
+    ("roofline.Roofline.bound", "intensity", "high", lambda v: V5E.bound(v)),
+    ("roofline.Roofline.min_tokens_for_compute_bound", "k", 0,
+     lambda v: V5E.min_tokens_for_compute_bound(v, 8)),
+    ("roofline.Roofline.seconds", "bytes_moved", math.inf, lambda v: V5E.seconds(1e9, v)),
+    ("roofline.attainable_flops_per_second", "bytes_per_second", None,
+     lambda v: roofline.attainable_flops_per_second(1.0, 1e12, v)),
+    ("roofline.attention_bytes", "variant", "sparse",
+     lambda v: roofline.attention_bytes(1, 1, 8, 8, 2, variant=v)),
+    ("roofline.attention_flops", "seq_len", 0, lambda v: roofline.attention_flops(1, 1, v, 8)),
+    ("roofline.attention_intensity", "heads", 1.0,
+     lambda v: roofline.attention_intensity(1, v, 8, 8, 2)),
+    ("roofline.bound", "intensity", math.nan, lambda v: roofline.bound(v, 1e12, 1e11)),
+    ("roofline.elementwise_intensity", "num_inputs", 0,
+     lambda v: roofline.elementwise_intensity(1, 2, num_inputs=v)),
+    ("roofline.matmul_bytes", "bytes_per_element", "2",
+     lambda v: roofline.matmul_bytes(8, 8, 8, v)),
+    ("roofline.matmul_flops", "m", -8, lambda v: roofline.matmul_flops(v, 8, 8)),
+    ("roofline.matmul_intensity", "n", None, lambda v: roofline.matmul_intensity(8, 8, v, 2)),
+    ("roofline.mfu", "seconds", 0, lambda v: roofline.mfu(1e12, v, 1e12)),
+    ("roofline.ridge_point_flops_per_byte", "peak_flops_per_second", True,
+     lambda v: roofline.ridge_point_flops_per_byte(v, 1e11)),
+    ("roofline.tokens_per_second", "num_chips", 2.5,
+     lambda v: roofline.tokens_per_second(0.3, v, 1e15, 1e9)),
+    # serving
+    ("serving.EngineBuckets.from_settings", "max_num_seqs", 0,
+     lambda v: serving.EngineBuckets.from_settings(512, v)),
+    ("serving.EngineBuckets.padded_step", "num_tokens", 1.5,
+     lambda v: V5E_BUCKETS.padded_step(v, 1)),
+    ("serving.schedule", "prompt_tokens", -1,
+     lambda v: serving.schedule([serving.Request(0, v, 3)], 16, 4)),
+    ("serving.attention_request_buckets", "max_num_seqs", "64",
+     lambda v: serving.attention_request_buckets(v)),
+    ("serving.request_buckets", "max_num_seqs", 0, lambda v: serving.request_buckets(v)),
+    ("serving.schedule", "max_num_seqs", None,
+     lambda v: serving.schedule([serving.Request(0, 40, 3)], 16, v)),
+    ("serving.token_buckets", "min_bucket", 3, lambda v: serving.token_buckets(512, min_bucket=v)),
+    # inference
+    ("inference.decode_step", "batch", 0, lambda v: inference.decode_step(TINY_MOE, "v6e", v, 64)),
+    ("inference.experts_touched", "tokens", 0.5, lambda v: inference.experts_touched(TINY_MOE, v)),
+    ("inference.kv_bytes_per_token", "bytes_per_value", -2,
+     lambda v: inference.kv_bytes_per_token(TINY_MOE, bytes_per_value=v)),
+    ("inference.max_concurrent_sequences", "hbm_headroom", 2.0,
+     lambda v: inference.max_concurrent_sequences(TINY_MOE, "v5e", 64, hbm_headroom=v)),
+    ("inference.tpu_head_dim", "head_dim", None, lambda v: inference.tpu_head_dim(v)),
+    ("inference.weight_bytes_read", "batch", True,
+     lambda v: inference.weight_bytes_read(TINY_MOE, v)),
+]  # fmt: skip
+
+# Public callables of tpuready.calc that take no number or string (records the calculators
+# return, the table itself, a mapping or list of flags) or are checked where they are used,
+# each with why it is not in BAD_INPUTS.
+NOT_IN_THE_TABLE = {
+    "hardware.Chip": "a row of the table, checked by its own tests in test_hardware",
+    "hardware.Chip.slice_wraps": "takes a slice shape, checked by layout_mesh",
+    "hardware.all_chips": "no argument",
+    "hardware.known_names": "no argument",
+    "ici.AxisLayout.describe": "no argument",
+    "ici.TorusPiece.describe": "no argument",
+    "plan.Plan": "what make_plan returns",
+    "titan.raise_for_rejection": "takes TorchTitan's result mapping",
+    "titan.titan_options": "takes a list of flags",
+    "buckets.PaddingStats": "what padding_stats returns",
+    "alignment.PaddingAdvice": "what recommend_padding returns",
+    "roofline.AttentionVariant": "a Literal type",
+    "roofline.Bound": "a Literal type",
+    "serving.EngineBuckets": "what EngineBuckets.from_settings returns",
+    "serving.EngineBuckets.compiled_graphs": "no argument",
+    "serving.Schedule": "what schedule returns",
+    "serving.Request": "a record: schedule checks it, naming the request's index (row above)",
+    "inference.DecodeStep": "what decode_step returns",
+}
+CALC_MODULES = (hardware, ici, plan, titan, buckets, alignment, roofline, serving, inference)
+
+
+def _public_callables() -> set[str]:
+    """'module.name' and 'module.Class.method' for every public callable of tpuready.calc."""
+    found = set()
+    for module in CALC_MODULES:
+        short = module.__name__.rsplit(".", 1)[1]
+        for name in module.__all__:
+            value = getattr(module, name)
+            if isinstance(value, type) and issubclass(value, BaseException):
+                continue
+            if not callable(value) and not hasattr(value, "__origin__"):
+                continue
+            found.add(f"{short}.{name}")
+            for attribute, member in vars(value).items() if isinstance(value, type) else ():
+                function = getattr(member, "__func__", member)
+                if not attribute.startswith("_") and inspect.isfunction(function):
+                    found.add(f"{short}.{name}.{attribute}")
+    return found
+
+
+def test_every_public_calculator_gets_a_bad_value() -> None:
+    covered = {name for name, *_ in BAD_INPUTS}
+    assert _public_callables() - covered - set(NOT_IN_THE_TABLE) == set()
+    assert covered | set(NOT_IN_THE_TABLE) <= _public_callables()  # no stale row
+
+
+@pytest.mark.parametrize(
+    ("name", "argument", "value", "call"),
+    BAD_INPUTS,
+    ids=[f"{name}-{argument}" for name, argument, *_ in BAD_INPUTS],
+)
+def test_bad_input_raises_its_modules_error_naming_argument_value_and_fix(
+    name: str, argument: str, value: object, call: Callable[[Any], object]
+) -> None:
+    with pytest.raises(InputError) as raised:
+        call(value)
+    error = raised.value
+    module = CALC_MODULES[
+        [m.__name__.rsplit(".", 1)[1] for m in CALC_MODULES].index(name.split(".")[0])
+    ]
+    assert type(error).__module__ == module.__name__, f"{type(error)} is not {module.__name__}'s"
+    message = str(error)
+    assert argument in message, message
+    shown = "nan" if isinstance(value, float) and math.isnan(value) else repr(value)
+    assert shown in message, message
+    # A fix: words after the value ("...got 0: pass ..."), or the choices to pick from.
+    after = message.split(shown, 1)[1]
+    assert re.search(r"[:;].*\w{3}", after) or "one of [" in message, message

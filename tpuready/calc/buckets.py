@@ -72,7 +72,12 @@ def _as_lengths(lengths: Iterable[int] | np.ndarray | torch.Tensor) -> np.ndarra
     """Validated int64 array of positive sequence lengths."""
     if isinstance(lengths, torch.Tensor):
         lengths = lengths.detach().cpu().numpy()
-    array = np.asarray(lengths if isinstance(lengths, np.ndarray) else list(lengths))
+    if not isinstance(lengths, np.ndarray):
+        lengths = _as_list("lengths", lengths, "pass one length per sequence, such as [3, 9, 40]")
+        for index, value in enumerate(lengths):
+            if isinstance(value, bool | np.bool_):  # numpy would read True as the length 1
+                whole_number(f"lengths[{index}]", value, fix="pass token counts", error=BucketError)
+    array = np.asarray(lengths)
     if array.ndim != 1:
         raise BucketError(
             f"lengths must be one-dimensional (one length per sequence), got shape {array.shape}"
@@ -95,7 +100,7 @@ def _as_lengths(lengths: Iterable[int] | np.ndarray | torch.Tensor) -> np.ndarra
 
 def _as_buckets(buckets: Sequence[int]) -> tuple[int, ...]:
     """Validated buckets: positive integers in strictly increasing order."""
-    values = tuple(buckets)
+    values = tuple(_as_list("buckets", buckets, "pass bucket lengths, such as (128, 256)"))
     if not values:
         raise BucketError("buckets is empty: pass at least one bucket length")
     for index, value in enumerate(values):
@@ -105,6 +110,16 @@ def _as_buckets(buckets: Sequence[int]) -> tuple[int, ...]:
             f"buckets must be strictly increasing, got {values}: pass sorted(set(buckets))"
         )
     return tuple(int(value) for value in values)
+
+
+def _as_list(name: str, values: object, fix: str) -> list:
+    """`values` as a list if it is a collection of values (not a str or a lone number), else a
+    `BucketError` naming `name`, the value and `fix`."""
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise BucketError(
+            f"{name} must be a sequence, got {values!r} ({type(values).__name__}): {fix}"
+        )
+    return list(values)
 
 
 def _check_positive_int(name: str, value: int, fix: str) -> int:

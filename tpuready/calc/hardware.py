@@ -113,8 +113,9 @@ class UnknownChipError(InputError):
     """Raised by `get_chip` for a name that is neither a canonical name nor an alias."""
 
 
-class NoPeakFigureError(ValueError):
-    """Raised by `device_peak_flops_per_second` for a device the table holds no peak for."""
+class NoPeakFigureError(InputError):
+    """Raised by `device_peak_flops_per_second` for a device the table holds no peak for (an
+    `InputError`, so a `ValueError`: the device or dtype given has no figure here)."""
 
 
 @dataclass(frozen=True)
@@ -799,7 +800,9 @@ def get_chip(name: str) -> Chip:
     return chip
 
 
-def as_chip(chip: object, *, argument: str = "chip", error: type[InputError] = InputError) -> Chip:
+def as_chip(
+    chip: object, *, argument: str = "chip", error: type[InputError] = UnknownChipError
+) -> Chip:
     """`chip` if it is a `Chip`, the chip it names if it is a name (`get_chip`, whose
     `UnknownChipError` is an `InputError` too), else `error` naming the argument: how the
     calculators take a chip."""
@@ -808,7 +811,7 @@ def as_chip(chip: object, *, argument: str = "chip", error: type[InputError] = I
     if not isinstance(chip, str):
         raise error(
             f"{argument} must be a tpuready.calc.hardware.Chip or a chip name such as 'v5e', got "
-            f"{chip!r} ({type(chip).__name__})"
+            f"{chip!r} ({type(chip).__name__}): pass one of tpuready.calc.hardware.known_names()"
         )
     return get_chip(chip)
 
@@ -822,6 +825,15 @@ _NVIDIA_OTHER_FORMS = {"PCIE", "NVL"}
 def chip_for_device_name(device_type: str, device_name: str) -> Chip:
     """The table's chip for the name a runtime reports: `torch.cuda.get_device_name()` on
     "cuda" ("NVIDIA H100 80GB HBM3"), `torch.tpu.get_device_name()` on "tpu" ("TPU v6e")."""
+    for argument, value, example in (
+        ("device_type", device_type, "'cuda'"),
+        ("device_name", device_name, "'NVIDIA H100 80GB HBM3'"),
+    ):
+        if not isinstance(value, str):
+            raise NoPeakFigureError(
+                f"{argument} must be a string such as {example}, got {value!r} "
+                f"({type(value).__name__}): pass what torch reports for the device"
+            )
     if device_type == "cuda":
         words = set(re.split(r"[\s_\-]+", device_name.upper()))
         rows = sorted(words & set(_NVIDIA_ROWS))
@@ -845,8 +857,8 @@ def chip_for_device_name(device_type: str, device_name: str) -> Chip:
             f"{', '.join(c.name for c in CHIPS if c.vendor == 'Google')}"
         )
     raise NoPeakFigureError(
-        f"the table holds no {device_type!r} devices, only 'cuda' and 'tpu' ones; measure "
-        "the peak with a large matmul, as chapter 15 does in step 2"
+        f"device_type {device_type!r}: the table holds no {device_type!r} devices, only 'cuda' "
+        "and 'tpu' ones; measure the peak with a large matmul, as chapter 15 does in step 2"
     )
 
 
@@ -864,6 +876,16 @@ def device_peak_flops_per_second(
 
     dtype = torch.bfloat16 if dtype is None else dtype
     device = torch.device(device) if isinstance(device, str) else device
+    if not isinstance(getattr(device, "type", None), str):  # a torch.device, or one like it
+        raise NoPeakFigureError(
+            f"device must be a torch.device or a name such as 'cuda', got {device!r} "
+            f"({type(device).__name__}): pass the device the model runs on"
+        )
+    if not isinstance(dtype, torch.dtype):
+        raise NoPeakFigureError(
+            f"dtype must be a torch.dtype, got {dtype!r} ({type(dtype).__name__}): pass "
+            "torch.bfloat16 or leave it out"
+        )
     if dtype != torch.bfloat16:
         raise NoPeakFigureError(
             f"the table holds dense bf16 peaks only, got dtype={dtype}; a {dtype} matmul runs "

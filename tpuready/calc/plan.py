@@ -99,7 +99,7 @@ class PlanError(InputError):
     """Raised for a mesh, model or batch that cannot form a plan; the message names the value."""
 
 
-def checked_hbm_headroom(value: object, *, error: type[InputError] = InputError) -> float:
+def checked_hbm_headroom(value: object, *, error: type[InputError] = PlanError) -> float:
     """`value` as the share of HBM to keep free, 0 or more and below 1, else `error` naming it."""
     share = number(
         "hbm_headroom", value, fix="pass a share such as 0.1", allow_zero=True, error=error
@@ -158,6 +158,12 @@ class ModelConfig:
                 fix="read it from the model's config.json",
                 error=PlanError,
             )
+        if not isinstance(self.tied_embeddings, bool):  # "no" would count as tied
+            raise PlanError(
+                f"{self.name}: tied_embeddings must be True or False, got "
+                f"{self.tied_embeddings!r} ({type(self.tied_embeddings).__name__}): read "
+                "tie_word_embeddings from the model's config.json"
+            )
         if self.num_heads % self.num_kv_heads:
             raise PlanError(
                 f"{self.name}: num_heads={self.num_heads} is not a multiple of "
@@ -172,6 +178,11 @@ class ModelConfig:
     @classmethod
     def from_transformers(cls, config: Any, name: str | None = None) -> ModelConfig:
         """Read a transformers Qwen3-MoE (or dense Qwen3/Llama-style) config."""
+        if name is not None and not isinstance(name, str):
+            raise PlanError(
+                f"name must be a string or None, got {name!r} ({type(name).__name__}): pass a "
+                "label such as 'qwen3-30b-a3b', or leave it out for the config's model_type"
+            )
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         num_experts = getattr(config, "num_experts", None)
@@ -274,6 +285,9 @@ class ModelConfig:
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token, forward and backward: 6 N + 12 L heads head_dim S (PaLM's
         formula; N = `active_matmul_params`, the attention term counts the full score matrix)."""
+        seq_len = whole_number(
+            "seq_len", seq_len, fix="pass the tokens per sequence", error=PlanError
+        )
         attention = 12 * self.num_layers * self.num_heads * self.head_dim * seq_len
         return 6 * self.active_matmul_params + attention
 

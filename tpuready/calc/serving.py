@@ -277,8 +277,12 @@ class EngineBuckets:
         """The (tokens, requests) shape a step of `num_tokens` scheduled tokens from
         `num_requests` requests runs as: each padded to its first bucket at or above it
         (tpu-inference's `get_padded_token_len`)."""
-        tokens = whole_number("num_tokens", num_tokens, fix="count the step's tokens")
-        requests = whole_number("num_requests", num_requests, fix="count the step's requests")
+        tokens = whole_number(
+            "num_tokens", num_tokens, fix="count the step's tokens", error=ServingBucketError
+        )
+        requests = whole_number(
+            "num_requests", num_requests, fix="count the step's requests", error=ServingBucketError
+        )
         if requests > tokens:
             raise ServingBucketError(
                 f"{requests} requests cannot share {tokens} tokens: each scheduled request has "

@@ -199,7 +199,10 @@ def rejected_flag(message: str) -> str:
     size); for a mesh that does not unflatten after that check passed, the expert degree
     (efsdp x ep is the only product left)."""
     if not isinstance(message, str):
-        raise TypeError(f"message must be TorchTitan's error text, got {message!r}")
+        raise TitanConfigError(
+            f"message must be TorchTitan's error text, got {message!r} "
+            f"({type(message).__name__}): pass result['message'] of a check"
+        )
     named = _SUGGESTED.search(message) or _FLAG.search(message)
     if named:
         return "--" + named.group(named.lastindex or 0)[2:].replace("-", "_")

@@ -78,7 +78,6 @@ the code here, so this module does not use it.
 from __future__ import annotations
 
 import importlib
-import math
 import multiprocessing
 import os
 import pickle
@@ -98,10 +97,13 @@ from multiprocessing.process import BaseProcess
 from multiprocessing.reduction import DupFd
 from typing import TYPE_CHECKING, Any, Literal
 
+from tpuready.validate import InputError, number, whole_number
+
 if TYPE_CHECKING:  # torch is imported where it is used: in a rank, after its output is redirected
     import torch
 
 __all__ = [
+    "LaunchInputError",
     "RankPlacement",
     "WorkerCrashedError",
     "WorkersTimedOutError",
@@ -162,6 +164,11 @@ def run_torchrun_main(main: Callable[[], None], script: str, nproc_per_node: int
     main()
 
 
+class LaunchInputError(InputError):
+    """An argument the launcher cannot use (a count, a timeout, a worker the ranks cannot
+    import); an `InputError`, so a `ValueError`, naming the argument and the value."""
+
+
 class WorkerCrashedError(RuntimeError):
     """A rank raised an exception or died; `rank` names it, the message holds its traceback."""
 
@@ -205,10 +212,10 @@ def _counted(count: int, noun: str) -> str:
 
 
 def _check_count(name: str, value: object, minimum: int) -> int:
-    """Refuse a count that is not an int of at least `minimum` (bools are not counts)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
+    """Refuse a count that is not a whole number of at least `minimum` (bools are not counts)."""
+    return whole_number(
+        name, value, minimum=minimum, fix=f"pass a count, {minimum} or more", error=LaunchInputError
+    )
 
 
 def _one_device_per_process(accelerator: torch.device) -> bool:
@@ -253,7 +260,7 @@ def smallest_world_size(at_least: int = 1) -> int:
         return at_least
     fits = [count for count in allowed if count >= at_least]
     if not fits:
-        raise ValueError(
+        raise LaunchInputError(
             f"a host of this TPU runs at most {max(allowed)} ranks, fewer than {at_least}"
         )
     return min(fits)
@@ -279,13 +286,13 @@ def choose_rank_placement(
     _check_count("local_world_size", local_world_size, 1)
     _check_count("local_rank", local_rank, 0)
     if local_rank >= local_world_size:
-        raise ValueError(
+        raise LaunchInputError(
             f"local_rank must be below local_world_size ({local_world_size}), got {local_rank}"
         )
     if accelerator is _FromTorch.ASK:
         accelerator = torch.accelerator.current_accelerator(check_available=True)
     if accelerator is not None and not isinstance(accelerator, torch.device):
-        raise ValueError(f"accelerator must be a torch.device or None, got {accelerator!r}")
+        raise LaunchInputError(f"accelerator must be a torch.device or None, got {accelerator!r}")
     if accelerator is None or accelerator.type == "cpu":
         return RankPlacement("gloo", torch.device("cpu"), "no accelerator: gloo on the CPU")
     kind = accelerator.type
@@ -419,8 +426,7 @@ def run_workers(
     as it has reported, without running `atexit` hooks: close any file the worker writes.
     The two timeouts belong to the launcher; any other keyword goes to the worker.
     """
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    world_size = _check_count("world_size", world_size, 1)
     _check_seconds("timeout_seconds", timeout_seconds)
     _check_seconds("startup_timeout_seconds", startup_timeout_seconds)
     _check_importable(worker)
@@ -480,13 +486,7 @@ def run_workers(
 
 def _check_seconds(name: str, value: object) -> None:
     """Refuse a duration that is not a positive, finite number of seconds."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
+    number(name, value, fix="pass a number of seconds, such as 60", error=LaunchInputError)
 
 
 def _check_importable(worker: Callable[..., Any]) -> None:
@@ -504,7 +504,7 @@ def _check_importable(worker: Callable[..., Any]) -> None:
         except (ImportError, AttributeError):
             found = None
     if found is not worker:
-        raise ValueError(
+        raise LaunchInputError(
             f"worker {qualified_name or worker!r} (module {module_name!r}) cannot be imported by "
             "the spawned processes: put the worker in an importable .py file as a module-level "
             "function (not a lambda, a nested function, or a function defined in a notebook or "

@@ -254,7 +254,7 @@ def environment_for_another_python(base: Mapping[str, str] | None = None) -> dic
     the sitecustomize can install the guard there too (the other venv does not hold tpuready)."""
     environment = dict(os.environ if base is None else base)
     if environment.get(ENVIRONMENT_SWITCH) == "1":
-        package_parent = str(Path(__file__).resolve().parents[2])
+        package_parent = str(Path(__file__).resolve().parents[2])  # above tpuready/
         paths = [path for path in environment.get("PYTHONPATH", "").split(os.pathsep) if path]
         environment["PYTHONPATH"] = os.pathsep.join([*paths, package_parent])
     return environment

@@ -29,7 +29,6 @@ written to device memory.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,6 +37,8 @@ from typing import Any
 
 import torch
 from torch.utils._pytree import tree_leaves
+
+from tpuready.validate import InputError, number, whole_number
 
 __all__ = ["EMULATED_NOTE", "TimingError", "TimingResult", "time_call", "timing_note", "wait_for"]
 
@@ -53,8 +54,9 @@ def timing_note() -> str:
     return EMULATED_NOTE if is_emulated() else ""
 
 
-class TimingError(ValueError):
-    """Raised for a timing request that cannot be run (a count below its minimum, no callable)."""
+class TimingError(InputError):
+    """Raised for a timing request that cannot be run (a count below its minimum, no callable);
+    an `InputError`, so a `ValueError`."""
 
 
 def _tensors_in(result: object) -> list[torch.Tensor]:
@@ -100,11 +102,14 @@ def _sum_of_every_element(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _count(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TimingError(f"{name} must be a whole number, got {value!r} ({type(value).__name__})")
-    if value < minimum:
-        raise TimingError(f"{name} must be at least {minimum}, got {value}")
-    return value
+    """`value` as an int if it is a whole number >= `minimum`, else a `TimingError` naming it."""
+    return whole_number(
+        name,
+        value,
+        minimum=minimum,
+        fix=f"pass a count of calls, {minimum} or more",
+        error=TimingError,
+    )
 
 
 @dataclass(frozen=True)
@@ -116,11 +121,14 @@ class TimingResult:
     def __post_init__(self) -> None:
         if not isinstance(self.seconds, tuple) or not self.seconds:
             raise TimingError(f"seconds must be a non-empty tuple, got {self.seconds!r}")
-        for sample in self.seconds:
-            if isinstance(sample, bool) or not isinstance(sample, int | float):
-                raise TimingError(f"every sample must be a number of seconds, got {sample!r}")
-            if not math.isfinite(sample) or sample < 0:
-                raise TimingError(f"every sample must be finite and >= 0, got {sample!r}")
+        for index, sample in enumerate(self.seconds):
+            number(
+                f"seconds[{index}]",
+                sample,
+                fix="pass each call's measured seconds",
+                allow_zero=True,
+                error=TimingError,
+            )
 
     @property
     def median(self) -> float:
