@@ -610,6 +610,7 @@ BAD_INPUTS: list[tuple[str, str, object, Callable[[Any], object]]] = [
      lambda v: plan.ModelConfig.from_transformers(object(), v)),
     ("plan.ModelConfig.flops_per_token", "seq_len", -1, lambda v: TINY_MOE.flops_per_token(v)),
     ("plan.checked_hbm_headroom", "hbm_headroom", 1.5, lambda v: plan.checked_hbm_headroom(v)),
+    ("plan.gather_stages", "shard", -3, lambda v: plan.gather_stages(v, [("fsdp", 4)])),
     ("plan.make_plan", "global_batch", None,
      lambda v: plan.make_plan(TINY_MOE, {"fsdp": 4}, "v5e", num_chips=4, global_batch=v,
                               seq_len=128)),

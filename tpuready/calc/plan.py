@@ -431,9 +431,15 @@ def gather_stages(shard: int, axes: list[tuple[str, int]]) -> list[tuple[str, in
     """(axis, elements gathered there) for gathering `shard` elements over nested `axes`, the
     last axis first: each stage gathers what the previous ones have, times its size."""
     stages = []
-    gathered = shard
+    gathered = whole_number("shard", shard, fix="pass a shard's element count", error=PlanError)
     for name, size in reversed(axes):
-        gathered *= size
+        gathered *= whole_number(
+            f"the size of axis {name!r}", size, fix="pass each axis as (name, size)",
+            error=PlanError,
+            size,
+            fix="pass each axis as (name, size)",
+            error=PlanError,
+        )
         stages.append((name, gathered))
     return stages
 

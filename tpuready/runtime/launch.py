@@ -103,6 +103,8 @@ if TYPE_CHECKING:  # torch is imported where it is used: in a rank, after its ou
     import torch
 
 __all__ = [
+    "LOG_TAIL_BYTES",
+    "LOG_TAIL_LINES",
     "LaunchInputError",
     "RankPlacement",
     "WorkerCrashedError",

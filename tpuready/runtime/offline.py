@@ -56,6 +56,7 @@ __all__ = [
     "gethostbyname_ex",
     "getnameinfo",
     "install_network_guard",
+    "is_local",
     "is_loopback_host",
     "network_guard_installed",
 ]
@@ -106,7 +107,7 @@ def is_loopback_host(host: object) -> bool:
     return address.is_loopback or address.is_unspecified
 
 
-def _is_local(host: object) -> bool:
+def is_local(host: object) -> bool:
     """Like `is_loopback_host`, plus "" and None, which the socket API reads as this machine."""
     return host in (None, "", b"") or is_loopback_host(host)
 
@@ -126,7 +127,7 @@ def _check_address(sock: Any, address: object, call: str) -> None:
         sock.family in _INET_FAMILIES
         and isinstance(address, tuple)
         and address
-        and not _is_local(address[0])
+        and not is_local(address[0])
     ):
         raise _refuse(call, address[0], address[1] if len(address) > 1 else None)
 
@@ -176,35 +177,35 @@ class GuardedSocket(_C_SOCKET):
 
 def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
     """`_socket.getaddrinfo`, refused for names off this machine ("" and None mean this one)."""
-    if not _is_local(host):
+    if not is_local(host):
         raise _refuse("getaddrinfo", host, port)
     return _ORIGINAL_LOOKUPS["getaddrinfo"](host, port, *args, **kwargs)
 
 
 def gethostbyname(hostname: Any) -> Any:
     """`socket.gethostbyname`, refused for names off this machine."""
-    if not _is_local(hostname):
+    if not is_local(hostname):
         raise _refuse("gethostbyname", hostname)
     return _ORIGINAL_LOOKUPS["gethostbyname"](hostname)
 
 
 def gethostbyname_ex(hostname: Any) -> Any:
     """`socket.gethostbyname_ex`, refused for names off this machine."""
-    if not _is_local(hostname):
+    if not is_local(hostname):
         raise _refuse("gethostbyname_ex", hostname)
     return _ORIGINAL_LOOKUPS["gethostbyname_ex"](hostname)
 
 
 def gethostbyaddr(ip_address: Any) -> Any:
     """`socket.gethostbyaddr`, a reverse lookup, refused for addresses off this machine."""
-    if not _is_local(ip_address):
+    if not is_local(ip_address):
         raise _refuse("gethostbyaddr", ip_address)
     return _ORIGINAL_LOOKUPS["gethostbyaddr"](ip_address)
 
 
 def getnameinfo(sockaddr: Any, flags: Any) -> Any:
     """`socket.getnameinfo`, a reverse lookup, refused for addresses off this machine."""
-    if isinstance(sockaddr, tuple) and sockaddr and not _is_local(sockaddr[0]):
+    if isinstance(sockaddr, tuple) and sockaddr and not is_local(sockaddr[0]):
         raise _refuse("getnameinfo", sockaddr[0], sockaddr[1] if len(sockaddr) > 1 else None)
     return _ORIGINAL_LOOKUPS["getnameinfo"](sockaddr, flags)
 
