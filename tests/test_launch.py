@@ -7,6 +7,7 @@ runs where one run can show several behaviours.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import ipaddress
@@ -21,12 +22,14 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import launch_workers
 import pytest
 import torch
+from conftest import NOTEBOOK_DIR
 from launch_workers import (
     Holder,
     die_mid_message,
@@ -41,10 +44,13 @@ from launch_workers import (
 
 import tpuready.runtime.launch
 from tpuready.runtime.launch import (
+    KNOWN_WORKER_WARNINGS,
     LOG_TAIL_BYTES,
     LOG_TAIL_LINES,
     WorkerCrashedError,
     WorkersTimedOutError,
+    quiet_known_warnings,
+    run_torchrun_main,
     run_workers,
 )
 
@@ -153,7 +159,7 @@ def test_a_crashing_rank_raises_its_traceback_without_waiting_for_the_timeout(
 
 def test_a_failing_rank_shows_the_last_lines_of_its_log_not_the_first() -> None:
     # The error names what the rank did last, where it failed: the tail of its log.
-    log = tpuready.runtime.launch._LogFile.create()
+    log = tpuready.runtime.launch.LogFile.create()
     try:
         assert log.tail() == "(nothing)\n"
         lines = [f"line {number}" for number in range(LOG_TAIL_LINES + 10)]
@@ -390,3 +396,41 @@ def test_a_bad_world_size_is_refused_with_its_value(world_size: object) -> None:
 def test_a_bad_timeout_is_refused_with_its_value(name: str, seconds: object) -> None:
     with pytest.raises(ValueError, match=f"^{name} .*got {re.escape(repr(seconds))}"):
         run_workers(noisy_all_reduce, 2, **{name: seconds})
+
+
+def test_quiet_known_warnings_hides_the_listed_warnings_and_no_other() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_known_warnings()
+        for message, category, _ in KNOWN_WORKER_WARNINGS:
+            example = message.replace(r"\(.*\)", "(Linear)")
+            warnings.warn_explicit(example, category, "x.py", 1, module="torch.distributed.fsdp")
+        warnings.warn("an unexpected warning", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["an unexpected warning"]
+
+
+def test_run_torchrun_main_runs_main_under_torchrun_and_names_the_command_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ran = []
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(SystemExit, match=r"torchrun --standalone --nproc-per-node=4 .*worker\.py"):
+        run_torchrun_main(lambda: ran.append(1), "worker.py", nproc_per_node=4)
+    assert ran == []
+    monkeypatch.setenv("RANK", "0")
+    with warnings.catch_warnings():
+        run_torchrun_main(lambda: ran.append(1), "worker.py", nproc_per_node=4)
+    assert ran == [1]
+
+
+def test_no_worker_silences_every_warning() -> None:
+    for path in sorted((NOTEBOOK_DIR / "workers").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(
+                ("filterwarnings", "simplefilter")
+            ):
+                keywords = {k.arg for k in node.keywords}
+                assert "message" in keywords or len(node.args) > 1, (
+                    f"{path.name} line {node.lineno}: filter the warning you mean "
+                    "(tpuready.runtime.launch.quiet_known_warnings), not all of them"
+                )

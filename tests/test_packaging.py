@@ -15,10 +15,13 @@ import zipfile
 from pathlib import Path
 from types import ModuleType
 
+import nbformat
 import pytest
 from conftest import REPOSITORY
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from tpuready.runtime.setup_check import read_pins
 
 PACKAGE = REPOSITORY / "tpuready"
 PROJECT = tomllib.loads((REPOSITORY / "pyproject.toml").read_text(encoding="utf-8"))["project"]
@@ -99,6 +102,22 @@ def test_every_third_party_import_is_declared_by_its_part(path: Path) -> None:
         )
 
 
+def test_every_declared_dependency_is_pinned_where_its_range_allows() -> None:
+    pins = read_pins(REPOSITORY / "requirements.txt")
+    extras = PROJECT["optional-dependencies"].values()
+    texts = [*PROJECT["dependencies"], *(text for extra in extras for text in extra)]
+    for requirement in map(Requirement, texts):
+        name = canonicalize_name(requirement.name)
+        if name == "tpuready":
+            continue
+        assert name in pins, (
+            f"{name} is declared in pyproject.toml but not pinned in requirements.txt"
+        )
+        assert requirement.specifier.contains(pins[name], prereleases=True), (
+            f"requirements.txt pins {name}=={pins[name]}, outside pyproject's {requirement}"
+        )
+
+
 def test_the_core_needs_no_torch() -> None:
     """The pre-commit hook installs the core alone: the audit must not pull in 1.8 GB of torch."""
     assert "torch" not in requirement_names(None)
@@ -157,9 +176,11 @@ def test_the_wheel_alone_runs_the_audit_as_the_pre_commit_hook_does(
                 target.symlink_to(source)
     script = tmp_path / "train.py"
     script.write_text(CUDA_TIE)
+    notebook = tmp_path / "train.ipynb"  # the hook also runs on notebooks
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(CUDA_TIE)]), notebook)
     environment_variables = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(
-        [str(python), "-m", "tpuready", "audit-source", str(script)],
+        [str(python), "-m", "tpuready", "audit-source", str(script), str(notebook)],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -167,5 +188,6 @@ def test_the_wheel_alone_runs_the_audit_as_the_pre_commit_hook_does(
         timeout=300,
     )
     assert "ModuleNotFoundError" not in result.stderr, result.stderr
-    assert "cuda-method" in result.stdout, result.stdout + result.stderr
+    assert "train.py:3" in result.stdout and "train.ipynb" in result.stdout, result.stdout
+    assert result.stdout.count("cuda-method") == 2, result.stdout + result.stderr
     assert result.returncode == 1, result.stderr  # 1: findings; 2 would be a usage error

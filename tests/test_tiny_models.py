@@ -85,3 +85,9 @@ def test_an_unknown_preset_and_a_serving_config_without_a_vocabulary_are_refused
 def test_the_presets_cannot_be_changed_in_place() -> None:
     with pytest.raises(TypeError):
         TINY_QWEN3["hidden_size"] = 64  # type: ignore[index]
+
+
+def test_the_attention_and_expert_implementations_are_accepted_as_transformers_takes_them() -> None:
+    assert tiny_qwen3_config(attn_implementation="eager")._attn_implementation == "eager"
+    moe = tiny_qwen3_moe_config(experts_implementation="eager")
+    assert moe._experts_implementation == "eager"

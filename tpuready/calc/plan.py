@@ -434,11 +434,7 @@ def gather_stages(shard: int, axes: list[tuple[str, int]]) -> list[tuple[str, in
     gathered = whole_number("shard", shard, fix="pass a shard's element count", error=PlanError)
     for name, size in reversed(axes):
         gathered *= whole_number(
-            f"the size of axis {name!r}", size, fix="pass each axis as (name, size)",
-            error=PlanError,
-            size,
-            fix="pass each axis as (name, size)",
-            error=PlanError,
+            f"axis {name!r}", size, fix="pass each axis as (name, size)", error=PlanError
         )
         stages.append((name, gathered))
     return stages

@@ -28,6 +28,7 @@ __all__ = [
     "ENVIRONMENT_VARIABLE",
     "Host",
     "emulated_host",
+    "install_host",
     "is_emulated",
     "load",
     "memory_allocated",
@@ -96,10 +97,12 @@ def load() -> None:
             file=sys.stderr,
         )
         return
-    _install(host)
+    install_host(host)
 
 
-def _install(host: Host) -> None:
+def install_host(host: Host) -> None:
+    """Install the emulated TPU for `host` now (`load` does it from the environment; the
+    `python -m tpuready.emulator` launcher does it before the script it runs)."""
     global _LOADED
     from tpuready.emulator import install
 

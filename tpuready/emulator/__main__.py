@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if torch._C._get_privateuse1_backend_name() != "privateuseone":
         parser.error("torch was imported with another backend first: start a fresh Python")
-    emulator._install(host)
+    emulator.install_host(host)
     sys.argv = [options.script, *options.arguments]
     sys.path.insert(0, os.path.dirname(os.path.abspath(options.script)))
     runpy.run_path(options.script, run_name="__main__")

@@ -545,7 +545,7 @@ def _resize(tensor: torch.Tensor, size, memory_format=None):
             )
             .stride()
         )
-    memory._SET_STORAGE.redispatch(
+    memory.SET_STORAGE.redispatch(
         _CPU_KEYS, tensor, storage, tensor.storage_offset(), size, list(strides)
     )
     return tensor
@@ -553,7 +553,7 @@ def _resize(tensor: torch.Tensor, size, memory_format=None):
 
 def _set_empty(tensor: torch.Tensor):
     storage = memory.adopt(torch.UntypedStorage(0), memory.logical_index(tensor.untyped_storage()))
-    memory._SET_STORAGE.redispatch(_CPU_KEYS, tensor, storage, 0, [0], [1])
+    memory.SET_STORAGE.redispatch(_CPU_KEYS, tensor, storage, 0, [0], [1])
     return tensor
 
 

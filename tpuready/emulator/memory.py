@@ -17,6 +17,7 @@ from typing import cast
 import torch
 
 __all__ = [
+    "SET_STORAGE",
     "adopt",
     "allocated_bytes",
     "cpu_view",
@@ -33,7 +34,7 @@ _CPU = torch.device("cpu")
 # asked for on the multi-device host is kept beside the storage, as its *logical* index.
 TPU = torch.device("privateuseone", 0)  # "tpu:0" once the emulator has renamed PrivateUse1
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
-_SET_STORAGE = torch.ops.aten.set_.source_Storage_storage_offset
+SET_STORAGE = torch.ops.aten.set_.source_Storage_storage_offset
 # StorageImpl address -> [CPU storage that owns the bytes, logical index, weak reference].
 _OWNERS: dict[int, list] = {}
 _LOCK = threading.Lock()
@@ -68,7 +69,7 @@ def new_tensor(
 ) -> torch.Tensor:
     """A plain `tpu` tensor over `storage` (no copy)."""
     tensor = torch._C._acc.create_empty_tensor((0,), dtype)
-    _SET_STORAGE.redispatch(_CPU_KEYS, tensor, storage, offset, size, stride)
+    SET_STORAGE.redispatch(_CPU_KEYS, tensor, storage, offset, size, stride)
     return tensor
 
 

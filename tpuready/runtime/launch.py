@@ -103,14 +103,17 @@ if TYPE_CHECKING:  # torch is imported where it is used: in a rank, after its ou
     import torch
 
 __all__ = [
+    "KNOWN_WORKER_WARNINGS",
     "LOG_TAIL_BYTES",
     "LOG_TAIL_LINES",
     "LaunchInputError",
+    "LogFile",
     "RankPlacement",
     "WorkerCrashedError",
     "WorkersTimedOutError",
     "allowed_rank_counts",
     "choose_rank_placement",
+    "forget_placement",
     "init_rank",
     "prepare_launch_environment",
     "quiet_known_warnings",
@@ -142,7 +145,7 @@ KNOWN_WORKER_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
     (
         r"Full backward hook is firing when gradients are computed with respect to module outputs",
         UserWarning,
-        "",
+        "",  # any module: torch attributes it to the frame that runs the backward pass
     ),
 )
 
@@ -383,6 +386,13 @@ def init_rank(
     return placement
 
 
+def forget_placement() -> None:
+    """Forget this process's placement, as a new rank process starts with none (port_check
+    runs each rank's lines in one process)."""
+    global _placement
+    _placement = None
+
+
 def rank_device() -> torch.device:
     """This rank's device, as `init_rank` chose it: where its tensors and mesh belong."""
     if _placement is None:
@@ -447,13 +457,13 @@ def run_workers(
     processes: list[BaseProcess] = []
     process: BaseProcess
     connections: dict[Connection, int] = {}
-    logs: list[_LogFile] = []
+    logs: list[LogFile] = []
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as store_socket:
         # Port 0 lets the system pick a free port; holding the bound socket until rank 0
         # takes it over means no other program can grab the port in between.
         store_socket.bind((LOOPBACK_ADDRESS, 0))
         try:
-            logs.extend(_LogFile.create() for _ in range(world_size))
+            logs.extend(LogFile.create() for _ in range(world_size))
             for rank in range(world_size):
                 parent_end, child_end = context.Pipe()
                 process = context.Process(
@@ -517,7 +527,7 @@ def _check_importable(worker: Callable[..., Any]) -> None:
 def _collect_results(
     connections: dict[Connection, int],
     processes: list[BaseProcess],
-    logs: list[_LogFile],
+    logs: list[LogFile],
     timeout_seconds: float,
     startup_timeout_seconds: float,
 ) -> list[Any]:
@@ -609,7 +619,7 @@ def _timed_out(
     joined: set[int],
     unfinished_ranks: list[int],
     world_size: int,
-    logs: list[_LogFile],
+    logs: list[LogFile],
     timeout_seconds: float,
     startup_timeout_seconds: float,
 ) -> WorkersTimedOutError:
@@ -638,7 +648,7 @@ def _crashed(
     failures: list[tuple[int, tuple[str, str] | None]],
     joined: set[int],
     processes: list[BaseProcess],
-    logs: list[_LogFile],
+    logs: list[LogFile],
 ) -> WorkerCrashedError:
     """Stop every rank, then build the error for the failure that caused the others.
 
@@ -683,7 +693,7 @@ def _stop(processes: list[BaseProcess]) -> None:
             process.join()
 
 
-class _LogFile:
+class LogFile:
     """A rank's log: a file with no name on disk, which the caller and the rank share by fd.
 
     Nothing to delete afterwards, and nothing left behind if the caller is killed: the
@@ -694,14 +704,14 @@ class _LogFile:
         self.fd = fd
 
     @classmethod
-    def create(cls) -> _LogFile:
+    def create(cls) -> LogFile:
         """A new empty log in the temporary folder, unlinked from the start."""
         # On Linux TemporaryFile opens with O_TMPFILE (never named); elsewhere it unlinks
         # the name at once.
         with tempfile.TemporaryFile(prefix="tpuready-rank-") as file:
             return cls(os.dup(file.fileno()))
 
-    def __reduce__(self) -> tuple[Callable[..., _LogFile], tuple[Any]]:
+    def __reduce__(self) -> tuple[Callable[..., LogFile], tuple[Any]]:
         # Pickled while `spawn` starts a rank: DupFd hands the descriptor to the child.
         return _inherit_log, (DupFd(self.fd),)
 
@@ -721,9 +731,9 @@ class _LogFile:
         return "\n".join(lines[-LOG_TAIL_LINES:]) + "\n"
 
 
-def _inherit_log(duplicate: Any) -> _LogFile:
-    """Rebuild a `_LogFile` in the rank from the descriptor `spawn` passed to it."""
-    return _LogFile(duplicate.detach())
+def _inherit_log(duplicate: Any) -> LogFile:
+    """Rebuild a `LogFile` in the rank from the descriptor `spawn` passed to it."""
+    return LogFile(duplicate.detach())
 
 
 def _exit_with_parent() -> None:
@@ -773,7 +783,7 @@ def _run_rank(
     group_timeout_seconds: float,
     *,
     connection: Connection,
-    log: _LogFile,
+    log: LogFile,
     payload: bytes,
     store_socket: socket.socket | None,
 ) -> None:

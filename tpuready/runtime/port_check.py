@@ -183,9 +183,7 @@ def _one_rank(lines: str, host_model: str, rank: int, num_ranks: int) -> str:
         "init_rank": tpuready.runtime.launch.init_rank,
         "rank_device": tpuready.runtime.launch.rank_device,
     }
-    tpuready.runtime.launch._placement = (
-        None  # each rank is a process of its own: nothing chosen yet
-    )
+    tpuready.runtime.launch.forget_placement()  # each rank is a process of its own
     try:
         # What the lines print goes to stderr: stdout carries the answer.
         with (

@@ -101,12 +101,14 @@ _QWEN3_PRESETS = {
 def _checked(config_class: type, sizes: Mapping[str, Any], overrides: Mapping[str, Any]) -> Any:
     """`config_class(**sizes, **overrides)`, refusing an override the config does not have
     (transformers would keep a misspelt field silently and build the default model)."""
-    known = config_class().to_dict()
+    default = config_class()
+    known = default.to_dict()
     for name in overrides:
-        if name not in known and name not in sizes:
+        # attn_implementation and experts_implementation are kept as `_<name>` attributes.
+        if name not in known and not hasattr(default, name) and not hasattr(default, f"_{name}"):
             raise InputError(
                 f"{config_class.__name__} has no field {name!r}: check its spelling "
-                f"(fields include {', '.join(sorted(sizes))})"
+                f"(its fields include {', '.join(sorted(known)[:12])}, ...)"
             )
     return config_class(**{**sizes, **overrides})
 
