@@ -531,7 +531,7 @@ SNIPPETS = [
 ]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(st.lists(st.sampled_from(range(len(SNIPPETS))), max_size=12))
 def test_findings_follow_each_snippet_wherever_it_lands(indices: list[int]) -> None:
     lines = ["import torch", "import torch.distributed as dist"]

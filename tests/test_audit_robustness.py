@@ -106,9 +106,7 @@ cell_like = st.fixed_dictionaries(
 )
 
 
-@settings(
-    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.one_of(notebook_json, st.fixed_dictionaries({"cells": st.lists(cell_like, max_size=4)})))
 def test_generated_notebook_json_never_raises_anything_else(
     tmp_path: Path, document: object
@@ -125,7 +123,7 @@ def test_generated_notebook_json_never_raises_anything_else(
 
 # hypothesmith compiles what it generates, and CPython warns about `"a"()` while doing so.
 @pytest.mark.filterwarnings("ignore::SyntaxWarning")
-@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=100, suppress_health_check=list(HealthCheck))
 @given(hypothesmith.from_grammar())
 def test_generated_python_never_raises(source: str) -> None:
     # The comment gets the text past the trigger-word pre-filter, so every rule walks it.

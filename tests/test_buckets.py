@@ -25,7 +25,7 @@ from tpuready.calc.buckets import (
     padding_stats,
 )
 
-no_deadline = settings(deadline=None, max_examples=150)
+property_settings = settings(max_examples=150)
 
 small_lengths = st.lists(st.integers(1, 40), min_size=1, max_size=12)
 large_lengths = st.lists(st.integers(1, 2_000), min_size=1, max_size=400)
@@ -162,7 +162,7 @@ def test_bad_input_raises_a_clear_error(call, message: str) -> None:
 # --- properties ------------------------------------------------------------------------------
 
 
-@no_deadline
+@property_settings
 @given(small_lengths, st.integers(1, 5), st.sampled_from([1, 1, 2, 5]))
 def test_no_set_of_k_boundaries_pads_less_than_the_optimum(
     lengths: list[int], k: int, multiple_of: int
@@ -171,7 +171,7 @@ def test_no_set_of_k_boundaries_pads_less_than_the_optimum(
     assert padded_tokens(lengths, buckets) == brute_force_padding(lengths, k, multiple_of)
 
 
-@no_deadline
+@property_settings
 @given(large_lengths, st.integers(1, 10), st.randoms(use_true_random=False))
 def test_random_rival_boundaries_never_pad_less(
     lengths: list[int], k: int, rng: random.Random
@@ -186,7 +186,7 @@ def test_random_rival_boundaries_never_pad_less(
             assert padded_tokens(lengths, rival) >= best, (rival, best)
 
 
-@no_deadline
+@property_settings
 @given(large_lengths, st.integers(1, 12), st.sampled_from([1, 8, 128]))
 def test_every_length_fits_and_buckets_are_valid(
     lengths: list[int], k: int, multiple_of: int
@@ -200,7 +200,7 @@ def test_every_length_fits_and_buckets_are_valid(
         assert length <= bucket_for(length, buckets) < length + buckets[-1]
 
 
-@no_deadline
+@property_settings
 @given(large_lengths)
 def test_enough_buckets_waste_nothing(lengths: list[int]) -> None:
     num_distinct = len(set(lengths))
@@ -210,7 +210,7 @@ def test_enough_buckets_waste_nothing(lengths: list[int]) -> None:
         assert padded_tokens(lengths, buckets) == 0
 
 
-@no_deadline
+@property_settings
 @given(large_lengths, st.sampled_from([1, 16]))
 def test_more_buckets_never_waste_more(lengths: list[int], multiple_of: int) -> None:
     wastes = [
@@ -220,7 +220,7 @@ def test_more_buckets_never_waste_more(lengths: list[int], multiple_of: int) -> 
     assert all(later <= earlier for earlier, later in itertools.pairwise(wastes)), wastes
 
 
-@no_deadline
+@property_settings
 @given(large_lengths, st.lists(st.integers(1, 3_000), min_size=1, max_size=8))
 def test_padding_stats_agree_with_bucket_for(lengths: list[int], extra: list[int]) -> None:
     buckets = tuple(sorted(set(extra) | {max(lengths)}))

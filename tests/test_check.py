@@ -116,7 +116,7 @@ def test_non_tensors_are_refused_by_name() -> None:
 # --- relative_error: properties --------------------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(pair=pairs_of_tensors())
 def test_relative_error_times_reference_norm_is_the_distance(
     pair: tuple[torch.Tensor, torch.Tensor],
@@ -128,7 +128,7 @@ def test_relative_error_times_reference_norm_is_the_distance(
     assert error >= 0.0
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(expected=tensors(), fraction=st.floats(min_value=-10.0, max_value=10.0))
 def test_scaling_the_reference_by_one_plus_t_gives_abs_t(
     expected: torch.Tensor, fraction: float
@@ -138,7 +138,7 @@ def test_scaling_the_reference_by_one_plus_t_gives_abs_t(
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(pair=pairs_of_tensors(), exponent=st.integers(min_value=-20, max_value=20))
 def test_relative_error_is_scale_invariant(
     pair: tuple[torch.Tensor, torch.Tensor], exponent: int
@@ -150,7 +150,7 @@ def test_relative_error_is_scale_invariant(
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(expected=tensors())
 def test_rounding_is_bounded_by_the_unit_roundoff(expected: torch.Tensor) -> None:
     # Rounding to nearest moves every normal value by at most u |x|, so the ratio is <= u.
@@ -158,7 +158,7 @@ def test_rounding_is_bounded_by_the_unit_roundoff(expected: torch.Tensor) -> Non
     assert relative_error(expected.bfloat16(), expected) <= 2.0**-8
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(first=shapes, second=shapes)
 def test_shape_mismatch_names_both_shapes(first: tuple[int, ...], second: tuple[int, ...]) -> None:
     assume(first != second)

@@ -585,7 +585,7 @@ def cuda_scripts(draw: st.DrawFn) -> str:
     return "\n".join(lines)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 @given(cuda_scripts())
 def test_fixing_generated_scripts_parses_keeps_comments_and_is_idempotent(source: str) -> None:
     result = fix.fix_source(source)
@@ -600,7 +600,7 @@ def test_fixing_generated_scripts_parses_keeps_comments_and_is_idempotent(source
     assert all(1 <= change.line <= line_count + 1 for change in result.changes)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=25, suppress_health_check=list(HealthCheck))
 @given(hypothesmith.from_grammar())
 def test_any_python_is_fixed_or_refused_with_a_clear_error(source: str) -> None:
     try:

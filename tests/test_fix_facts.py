@@ -45,7 +45,7 @@ def test_module_facts_read_from_ast_equal_those_of_a_libcst_pass(path: Path) -> 
     assert _facts_by_ast(source) == _facts_by_libcst(source)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, suppress_health_check=list(HealthCheck))
 @given(
     st.lists(
         st.sampled_from(

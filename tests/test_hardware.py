@@ -16,7 +16,7 @@ import types
 import pytest
 import torch
 from conftest import unpadded
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tpuready.calc import hardware
@@ -37,9 +37,6 @@ from tpuready.calc.hardware import (
 from tpuready.pages.hardware import interconnect_markdown_table, markdown_table, notes_markdown
 
 NBSP = "\N{NO-BREAK SPACE}"
-# No per-example time limit: hypothesis's default 200 ms deadline is a wall-clock assertion that
-# flakes on a loaded machine, and these properties are about values, not speed.
-no_deadline = settings(deadline=None)
 
 TERA = 1e12
 GIGA = 1e9
@@ -80,7 +77,6 @@ def test_hbm_capacity_converts_between_bytes_and_the_stated_unit(
     assert chip.hbm_capacity_in_stated_unit == stated
 
 
-@no_deadline
 @given(count=st.integers(min_value=1, max_value=4096), unit=st.sampled_from(["GB", "GiB"]))
 def test_a_capacity_in_either_unit_reads_back_as_stated(count, unit) -> None:
     bytes_per_unit = {"GB": BYTES_PER_GB, "GiB": BYTES_PER_GIB}[unit]
@@ -374,7 +370,6 @@ ALL_SPELLINGS = [(spelling, chip.name) for chip in CHIPS for spelling in (chip.n
 SEPARATORS = st.sampled_from(["", "", " ", "  ", "-", "_", "\t"])
 
 
-@no_deadline
 @given(
     pair=st.sampled_from(ALL_SPELLINGS),
     upper=st.lists(st.booleans(), min_size=40, max_size=40),
@@ -392,7 +387,6 @@ def test_any_case_and_spacing_of_a_known_name_resolves(pair, upper, separators) 
 KNOWN_KEYS = {hardware.normalized_name(spelling) for spelling, _ in ALL_SPELLINGS}
 
 
-@no_deadline
 @given(st.text(max_size=12))
 def test_any_other_text_raises_a_clear_error(text) -> None:
     if hardware.normalized_name(text) in KNOWN_KEYS:
@@ -406,7 +400,6 @@ def test_any_other_text_raises_a_clear_error(text) -> None:
 POSITIVE_FACTOR = st.floats(min_value=0.01, max_value=100, allow_nan=False)
 
 
-@no_deadline
 @given(chip=st.sampled_from(CHIPS), compute_factor=POSITIVE_FACTOR, memory_factor=POSITIVE_FACTOR)
 def test_ridge_point_scales_with_compute_and_inversely_with_bandwidth(
     chip, compute_factor, memory_factor
@@ -420,7 +413,6 @@ def test_ridge_point_scales_with_compute_and_inversely_with_bandwidth(
     assert scaled.ridge_point_flops_per_byte == pytest.approx(expected, rel=1e-12)
 
 
-@no_deadline
 @given(chip=st.sampled_from(CHIPS), devices=st.sampled_from([1, 2, 4, 8]))
 def test_per_device_figures_divide_by_the_device_count(chip, devices) -> None:
     split = dataclasses.replace(chip, devices_per_chip=devices)

@@ -23,7 +23,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from conftest import NOTEBOOK_DIR, REPOSITORY
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import tpuready.runtime.launch
@@ -230,7 +230,6 @@ def test_bad_input_is_refused_with_its_value(arguments: dict, named: str) -> Non
     assert named in str(caught.value)
 
 
-@settings(deadline=None)
 @given(
     local_world_size=st.integers(min_value=1, max_value=64),
     device_count=st.integers(min_value=0, max_value=64),

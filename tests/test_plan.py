@@ -29,7 +29,7 @@ from tpuready.calc.plan import (
 )
 from tpuready.runtime.tiny_models import tiny_qwen3_moe_config
 
-no_deadline = settings(deadline=None, max_examples=60)
+property_settings = settings(max_examples=60)
 
 # h=8, 2 heads of 4 (q_dim 8), 1 KV head (kv_dim 4), 4 experts of width 6, 2 per token.
 TINY = ModelConfig(
@@ -249,7 +249,7 @@ SMALL = ModelConfig("small", 2, 64, 8, 8, 8, 16, 2, 24, 100)
 powers = st.sampled_from([1, 2, 4])  # doubled, at most 8
 
 
-@no_deadline
+@property_settings
 @given(
     sizes=st.tuples(powers, powers, powers, powers),
     axis=st.sampled_from(AXES),
@@ -276,7 +276,7 @@ def test_memory_per_chip_never_grows_when_an_axis_grows(sizes, axis, recompute):
     assert after.activation_bytes <= before.activation_bytes
 
 
-@no_deadline
+@property_settings
 @given(sizes=st.tuples(powers, powers, powers, powers))
 def test_an_axis_of_size_one_moves_nothing(sizes):
     mesh = dict(zip(AXES, sizes, strict=True))

@@ -277,7 +277,7 @@ SYNC_NAMES = sorted(SYNCING_CALLS)
 DEVICE_SIDE_NAMES = sorted(DEVICE_SIDE_CALLS)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     st.lists(st.sampled_from([*SYNC_NAMES, *DEVICE_SIDE_NAMES]), min_size=0, max_size=12),
 )

@@ -99,7 +99,7 @@ mesh_sizes = st.tuples(
 ).map(lambda parts: parts[0] | parts[1])
 
 
-@settings(deadline=None, max_examples=80)
+@settings(max_examples=80)
 @given(mesh=mesh_sizes, devices_per_chip=st.sampled_from([1, 2]))
 def test_degrees_satisfy_torchtitans_mesh_rules_and_keep_the_plans_experts(mesh, devices_per_chip):
     degrees = titan_degrees(mesh, devices_per_chip=devices_per_chip)
@@ -131,7 +131,7 @@ def test_degrees_satisfy_torchtitans_mesh_rules_and_keep_the_plans_experts(mesh,
         assert expert == 1  # no expert parallelism: experts split like dense weights
 
 
-@settings(deadline=None, max_examples=40)
+@settings(max_examples=40)
 @given(mesh=mesh_sizes, recompute=st.booleans(), chip=st.sampled_from(["v5p", "v7"]))
 def test_each_chip_trains_the_plans_tokens(mesh, recompute, chip):
     plan = make_plan(
