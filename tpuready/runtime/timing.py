@@ -36,7 +36,7 @@ from time import perf_counter
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves  # torch 2.13 has no public pytree module
 
 from tpuready.validate import InputError, number, whole_number
 
