@@ -30,7 +30,6 @@ from torch.distributed.tensor.debug import CommDebugMode
 
 from tpuready.runtime.launch import (
     init_rank,
-    quiet_known_warnings,
     rank_device,
     run_torchrun_main,
 )
@@ -122,7 +121,6 @@ def sharded_matmul(
 
 def run_rank(rank: int, world_size: int) -> dict[str, Any]:
     """One rank: a (2, world_size // 2) mesh, the matmul, what it holds."""
-    quiet_known_warnings()
     # "tpu" on a TPU, "cuda" with a GPU per rank, else "cpu" (as here).
     device_type = rank_device().type  # tpuready.runtime.launch chose it
     mesh = init_device_mesh(
@@ -142,7 +140,6 @@ def run_rank(rank: int, world_size: int) -> dict[str, Any]:
 
 def main() -> None:
     """Under torchrun: join, run `run_rank`, rank 0 prints every result."""
-    quiet_known_warnings()
     init_rank()  # the backend and device tpuready.runtime.launch chooses
     try:
         rank, world_size = dist.get_rank(), dist.get_world_size()

@@ -28,7 +28,6 @@ from torch.utils.data.distributed import DistributedSampler
 
 from tpuready.runtime.launch import (
     init_rank,
-    quiet_known_warnings,
     rank_device,
     run_torchrun_main,
 )
@@ -41,7 +40,6 @@ def ddp_worker(
     rank: int, world_size: int, num_epochs: int = NUM_EPOCHS
 ) -> dict:
     """Train the script's model under DDP; return losses and weights."""
-    quiet_known_warnings()
     device = rank_device()  # cuda:<local rank>, tpu:0 or cpu: tpuready chose
     torch.manual_seed(0)
     features = torch.randn(512, 16)
@@ -84,7 +82,6 @@ def ddp_worker(
 
 def main() -> None:
     """Under torchrun: join the group, run the worker, rank 0 prints JSON."""
-    quiet_known_warnings()
     init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     result = ddp_worker(rank, world_size)

@@ -21,7 +21,6 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 
 from tpuready.runtime.launch import (
     init_rank,
-    quiet_known_warnings,
     rank_device,
     run_torchrun_main,
 )
@@ -248,7 +247,6 @@ def fsdp_worker(
     Bytes are measured at each sharding degree that divides `world_size`:
     a 2-D mesh (replicate, shard) shards over its second dimension (HSDP).
     """
-    quiet_known_warnings()
     device_type = rank_device().type  # "cuda", "tpu" or "cpu": tpuready chose
     mesh = init_device_mesh(device_type, (world_size,))
     model = build_sharded_model(mesh)
@@ -298,7 +296,6 @@ def fsdp_worker(
 
 def main() -> None:
     """Under torchrun: join the group, run the worker, rank 0 prints JSON."""
-    quiet_known_warnings()
     init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     result = fsdp_worker(rank, world_size)

@@ -29,7 +29,6 @@ from torch.distributed.tensor import DTensor
 from tpuready.runtime.device import compile_backend_for
 from tpuready.runtime.launch import (
     init_rank,
-    quiet_known_warnings,
     rank_device,
     run_torchrun_main,
 )
@@ -174,7 +173,6 @@ def qwen3_reference_loss(input_ids: torch.Tensor) -> float:
 
 def practice_worker(rank: int, world_size: int) -> dict:
     """Each practice on ch06_fsdp's sharded model, then the tiny Qwen3."""
-    quiet_known_warnings()
     device_type = rank_device().type  # "cuda", "tpu" or "cpu": tpuready chose
     mesh = init_device_mesh(device_type, (world_size,))
     batches = ch06_fsdp.make_batches()
@@ -238,7 +236,6 @@ def practice_worker(rank: int, world_size: int) -> dict:
 
 def main() -> None:
     """Under torchrun: join the group, run the worker, rank 0 prints JSON."""
-    quiet_known_warnings()
     init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     result = practice_worker(rank, world_size)

@@ -30,7 +30,6 @@ from torch.distributed.tensor.parallel import parallelize_module
 from tpuready.runtime.device import compile_backend_for
 from tpuready.runtime.launch import (
     init_rank,
-    quiet_known_warnings,
     rank_device,
     run_torchrun_main,
 )
@@ -84,7 +83,6 @@ def fsdp_tp_practice(rank: int, world_size: int) -> dict[str, object]:
     `clip_grad_norm_` raised, the norm before and after `clip_on_meshes`,
     and every clipped gradient gathered whole.
     """
-    quiet_known_warnings()
     model, inputs = blocks.build_model_and_batch()
     device = rank_device()  # cpu here; cuda:<local rank> or tpu:0 elsewhere
     model, inputs = model.to(device), inputs.to(device)
@@ -134,7 +132,6 @@ def fsdp_tp_practice(rank: int, world_size: int) -> dict[str, object]:
 
 def _main() -> None:
     """Under torchrun: join, run the practice, rank 0 prints one JSON line."""
-    quiet_known_warnings()
     init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     result = fsdp_tp_practice(rank, world_size)

@@ -30,7 +30,6 @@ from torch.distributed.tensor.parallel import (
 
 from tpuready.runtime.launch import (
     init_rank,
-    quiet_known_warnings,
     rank_device,
     run_torchrun_main,
 )
@@ -54,7 +53,6 @@ REPLICATED_STYLES = frozenset({"replicated_with_grad_allreduce"})
 
 def _quiet_transformers() -> None:
     """Keep transformers' warnings, logs and progress bars out of the log."""
-    quiet_known_warnings()
     import transformers
 
     transformers.utils.logging.set_verbosity_error()

@@ -35,7 +35,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tpuready.runtime.launch import (
     init_rank,
-    quiet_known_warnings,
     rank_device,
     run_torchrun_main,
 )
@@ -322,7 +321,6 @@ def summarise(
 
 def _main() -> None:
     """Under torchrun: join, run every layout, rank 0 prints one JSON line."""
-    quiet_known_warnings()
     init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     summary = summarise(run_all_layouts(rank, world_size))

@@ -32,7 +32,6 @@ from torch.distributed.tensor.parallel import (
 
 from tpuready.runtime.launch import (
     init_rank,
-    quiet_known_warnings,
     rank_device,
     run_torchrun_main,
 )
@@ -155,13 +154,11 @@ def vocab_parallel_worker(
     rank: int, world_size: int
 ) -> dict[str, dict[str, object]]:
     """`run_head` both ways: logits gathered, then `loss_parallel`."""
-    quiet_known_warnings()
     return {head: run_head(rank, world_size, head) for head in HEADS}
 
 
 def _main() -> None:
     """Under torchrun: join, run both ways, rank 0 prints one JSON line."""
-    quiet_known_warnings()
     init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     result = vocab_parallel_worker(rank, world_size)

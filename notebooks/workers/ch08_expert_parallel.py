@@ -29,7 +29,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tpuready.runtime.launch import (
     init_rank,
-    quiet_known_warnings,
     rank_device,
     run_torchrun_main,
 )
@@ -215,7 +214,6 @@ def expert_parallel_moe(
             f"and {num_tokens} tokens"
         )
     # Nothing from a rank may reach the caller's screen.
-    quiet_known_warnings()
     # The same kernels under torchrun and run_workers; 4 ranks share 2 cores.
     torch.set_num_threads(1)
     experts_per_rank = NUM_EXPERTS // world_size

@@ -34,7 +34,6 @@ import torch.nn.functional as F
 from tpuready.inspection.syncs import HostSyncCounter
 from tpuready.runtime.launch import (
     init_rank,
-    quiet_known_warnings,
     rank_device,
     run_torchrun_main,
 )
@@ -224,7 +223,6 @@ def expert_parallel_gradients(
     none arrived), and how many all-to-alls ran forward and backward.
     """
     _check_divides(world_size, num_tokens)
-    quiet_known_warnings()
     torch.set_num_threads(1)
     device = rank_device()
     weights = _local_parameters(rank, world_size, seed, device)
@@ -279,7 +277,6 @@ def compiled_exchange_gradient(
     """Compile a function around `exchange_with_gradient` with fullgraph=True
     (as a TorchTPU step is compiled) and check its backward: an all-to-all
     moves rows without changing them, so the gradient of sum(y ** 2) is 2x."""
-    quiet_known_warnings()
     torch.set_num_threads(1)
     device = rank_device()
     splits = [2] * world_size
@@ -332,7 +329,6 @@ def dropless_moe(
     the host syncs the forward pass made, and the rows it sent and received.
     """
     _check_divides(world_size, num_tokens)
-    quiet_known_warnings()
     torch.set_num_threads(1)
     experts_per_rank = NUM_EXPERTS // world_size
     mine = slice(rank * experts_per_rank, (rank + 1) * experts_per_rank)

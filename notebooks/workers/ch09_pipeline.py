@@ -31,7 +31,6 @@ from torch.distributed.pipelining import (
 
 from tpuready.runtime.launch import (
     init_rank,
-    quiet_known_warnings,
     rank_device,
     run_torchrun_main,
 )
@@ -162,7 +161,6 @@ def run_schedule(
 
 def pipeline_worker(rank: int, world_size: int) -> dict[str, dict[int, dict]]:
     """`run_schedule` for each schedule and microbatch count: one launch."""
-    quiet_known_warnings()
     return {
         schedule: {
             count: run_schedule(rank, world_size, schedule, count)
@@ -174,7 +172,6 @@ def pipeline_worker(rank: int, world_size: int) -> dict[str, dict[int, dict]]:
 
 def _main() -> None:
     """Under torchrun: join, run every schedule, the last stage prints JSON."""
-    quiet_known_warnings()
     init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()
     results = pipeline_worker(rank, world_size)

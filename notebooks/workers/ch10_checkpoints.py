@@ -46,7 +46,6 @@ from torch.distributed.tensor import DTensor, init_device_mesh
 
 from tpuready.runtime.launch import (
     init_rank,
-    quiet_known_warnings,
     rank_device,
     run_torchrun_main,
 )
@@ -238,7 +237,6 @@ def train_worker(
     are saved too, so a resumed run returns the whole curve. Rank 0 also
     returns the full state as loaded and at the end.
     """
-    quiet_known_warnings()
     if num_steps > MAX_STEPS:
         raise ValueError(f"num_steps must be <= {MAX_STEPS}, got {num_steps}")
     model, optimizer = build(world_size)
@@ -289,7 +287,6 @@ def train_worker(
 
 def main() -> None:
     """Under torchrun: arguments ROOT NUM_STEPS EVERY; rank 0 prints JSON."""
-    quiet_known_warnings()
     root, num_steps, every = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     init_rank()  # gloo, nccl or tpu_dist, and this rank's device
     rank, world_size = dist.get_rank(), dist.get_world_size()

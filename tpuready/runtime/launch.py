@@ -152,7 +152,8 @@ KNOWN_WORKER_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
 
 def quiet_known_warnings() -> None:
     """Hide the warnings in `KNOWN_WORKER_WARNINGS`, and only those, so a worker's log and a
-    reader's torchrun screen stay clean while any other warning still shows."""
+    reader's torchrun screen stay clean while any other warning still shows. Each rank of
+    `run_workers` and `run_torchrun_main` calls it: a worker file need not."""
     for message, category, module in KNOWN_WORKER_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category, module=module)
 
@@ -813,6 +814,7 @@ def _run_rank(
     try:
         import torch.distributed as dist  # imported only now, so its messages go to the log
 
+        quiet_known_warnings()  # as run_torchrun_main does: a failing rank's log stays readable
         worker, args, kwargs = pickle.loads(payload)
         timeout = timedelta(seconds=group_timeout_seconds)
         # Rank 0 serves the rendezvous store on the socket the caller bound; the others connect.
