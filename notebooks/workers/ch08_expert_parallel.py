@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -167,6 +168,65 @@ def combine(
     return (picked * weights.unsqueeze(-1)).sum(dim=1)
 
 
+def all_to_all(send: torch.Tensor, splits: list[int]) -> torch.Tensor:
+    """`dist.all_to_all_single` into a new tensor: `splits[p]` rows to rank p.
+
+    It fills its output in place, and autograd records nothing (step 8).
+    """
+    received = torch.empty_like(send)
+    dist.all_to_all_single(received, send, splits, splits)
+    return received
+
+
+def expert_parallel_layer(
+    tokens: torch.Tensor,
+    route_weights: torch.Tensor,
+    experts: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+    world_size: int,
+    capacity: int,
+    exchange: Callable[[torch.Tensor, list[int]], torch.Tensor] = all_to_all,
+) -> dict[str, torch.Tensor]:
+    """One rank's layer after its router: dispatch, its experts, combine.
+
+    `gate_up_proj` and `down_proj` hold this rank's experts only; `exchange`
+    is the all-to-all (`all_to_all`, or one that records a gradient).
+    """
+    experts_per_rank = NUM_EXPERTS // world_size
+    # Pack: (experts, capacity, hidden), experts in order, so the buffers of
+    # each peer's experts form one contiguous chunk of dim 0.
+    position, kept = assign_slots(experts, NUM_EXPERTS, capacity)
+    send = dispatch(tokens, experts, position, kept, capacity)
+    # Dispatch: every peer gets its experts' buffers, and sends me mine.
+    splits = [experts_per_rank] * world_size
+    received = exchange(send, splits)
+    # received[peer * experts_per_rank + e]: the peer's tokens for my e-th
+    # expert. Each expert's slots from every peer, in one batch.
+    by_expert = received.view(
+        world_size, experts_per_rank, capacity, HIDDEN_SIZE
+    )
+    by_expert = by_expert.transpose(0, 1).reshape(
+        experts_per_rank, -1, HIDDEN_SIZE
+    )
+    outputs = run_experts(by_expert, gate_up_proj, down_proj)
+    # Combine: back in peer order, the reverse exchange (same splits), and
+    # each token's outputs from the slots it left in, router-weighted.
+    by_peer = outputs.view(experts_per_rank, world_size, capacity, HIDDEN_SIZE)
+    by_peer = by_peer.transpose(0, 1).reshape(
+        NUM_EXPERTS, capacity, HIDDEN_SIZE
+    )
+    returned = exchange(by_peer.contiguous(), splits)
+    output = combine(returned, experts, position, kept, route_weights)
+    return {
+        "output": output,
+        "kept": kept,
+        "send": send,
+        "received": by_expert,
+        "returned": returned,
+    }
+
+
 class AllToAllRecorder(TorchDispatchMode):
     """Record the bytes each all-to-all sends to other ranks (dispatcher view).
 
@@ -202,7 +262,7 @@ def expert_parallel_moe(
     seed: int = SEED,
     num_tokens: int = NUM_TOKENS,
 ) -> dict[str, object]:
-    """One rank of the expert-parallel layer: route, send, compute, combine.
+    """One rank of the expert-parallel layer: route, then the layer above.
 
     Returns this rank's outputs for its own tokens, which choices were kept,
     the capacity, the bytes each all-to-all sent to other ranks (as the
@@ -229,40 +289,19 @@ def expert_parallel_moe(
     capacity = expert_capacity(
         len(tokens), TOP_K, NUM_EXPERTS, capacity_factor
     )
-    position, kept = assign_slots(experts, NUM_EXPERTS, capacity)
-    # Experts in order, so each peer's experts form one contiguous chunk.
-    send = dispatch(tokens, experts, position, kept, capacity)
-    # Split along dim 0 (experts): each peer gets its experts' buffers.
-    splits = [experts_per_rank] * world_size
-
     with AllToAllRecorder(rank) as recorder:
-        received = torch.empty_like(send)
-        dist.all_to_all_single(received, send, splits, splits)
-        # received[peer * experts_per_rank + e]: peer's tokens for my
-        # e-th expert.
-        grouped = received.view(
-            world_size, experts_per_rank, capacity, HIDDEN_SIZE
-        )
-        grouped = grouped.transpose(0, 1).reshape(
-            experts_per_rank, -1, HIDDEN_SIZE
-        )
-        outputs = run_experts(
-            grouped,
+        layer = expert_parallel_layer(
+            tokens,
+            route_weights,
+            experts,
             weights["experts.gate_up_proj"][mine],
             weights["experts.down_proj"][mine],
+            world_size,
+            capacity,
         )
-        outputs = outputs.view(
-            experts_per_rank, world_size, capacity, HIDDEN_SIZE
-        )
-        outputs = outputs.transpose(0, 1).reshape(
-            NUM_EXPERTS, capacity, HIDDEN_SIZE
-        )
-        returned = torch.empty_like(send)
-        dist.all_to_all_single(returned, outputs.contiguous(), splits, splits)
-    output = combine(returned, experts, position, kept, route_weights)
-
+    output, kept = layer["output"], layer["kept"]
     # A filled slot holds a token (never all zero); an empty one is zeros.
-    filled = (grouped.abs().sum(dim=-1) > 0).view(
+    filled = (layer["received"].abs().sum(dim=-1) > 0).view(
         experts_per_rank, world_size, capacity
     )
     return {
@@ -274,7 +313,7 @@ def expert_parallel_moe(
         "output": output.tolist(),
         "kept": kept.tolist(),
         "capacity": capacity,
-        "send_buffer_bytes": send.nbytes,
+        "send_buffer_bytes": layer["send"].nbytes,
         "bytes_to_others": recorder.bytes_to_others,
         "tokens_per_local_expert": filled.sum(dim=(1, 2)).tolist(),
         "device_type": device.type,  # where this rank computed

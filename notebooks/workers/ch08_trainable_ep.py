@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -47,13 +48,11 @@ from workers.ch08_expert_parallel import (
     SEED,
     TOP_K,
     AllToAllRecorder,
-    assign_slots,
-    combine,
-    dispatch,
+    all_to_all,
     expert_capacity,
+    expert_parallel_layer,
     make_tokens,
     moe_weights,
-    run_experts,
 )
 
 # Each expert can take every token of a rank: nothing is ever dropped, so
@@ -63,16 +62,6 @@ NO_DROP_FACTOR = NUM_EXPERTS / TOP_K
 AUX_LOSS_COEF = 0.001
 
 Exchange = Callable[[torch.Tensor, list[int]], torch.Tensor]
-
-
-def exchange_without_gradient(
-    send: torch.Tensor, splits: list[int]
-) -> torch.Tensor:
-    """`dist.all_to_all_single`: it fills a preallocated output in place,
-    and autograd records nothing, so no gradient flows back through it."""
-    received = torch.empty_like(send)
-    dist.all_to_all_single(received, send, splits, splits)
-    return received
 
 
 def exchange_with_gradient(
@@ -142,42 +131,31 @@ def load_balancing_loss(
 def capacity_layer(
     tokens: torch.Tensor,
     weights: dict[str, torch.Tensor],
-    rank: int,
     world_size: int,
     capacity: int,
     exchange: Exchange,
 ) -> dict[str, torch.Tensor]:
-    """The expert-parallel layer of `ch08_expert_parallel` as a function of
-    its inputs, differentiable wherever `exchange` is: returns this rank's
-    output, the router probabilities, the chosen experts and the experts'
-    outputs as they came back (the second exchange's result)."""
-    experts_per_rank = NUM_EXPERTS // world_size
+    """`expert_parallel_layer` behind the router, keeping the probabilities
+    for the load-balancing loss: differentiable wherever `exchange` is.
+    Returns this rank's output, the router probabilities, the chosen experts
+    and the experts' outputs as they came back (the second exchange's)."""
     probabilities = router_probabilities(tokens, weights["gate.weight"])
     route_weights, experts = top_k_weights(probabilities)
-    position, kept = assign_slots(experts, NUM_EXPERTS, capacity)
-    send = dispatch(tokens, experts, position, kept, capacity)
-    splits = [experts_per_rank] * world_size
-    received = exchange(send, splits)
-    grouped = received.view(
-        world_size, experts_per_rank, capacity, HIDDEN_SIZE
+    layer = expert_parallel_layer(
+        tokens,
+        route_weights,
+        experts,
+        weights["gate_up_proj"],
+        weights["down_proj"],
+        world_size,
+        capacity,
+        exchange,
     )
-    grouped = grouped.transpose(0, 1).reshape(
-        experts_per_rank, -1, HIDDEN_SIZE
-    )
-    outputs = run_experts(
-        grouped, weights["gate_up_proj"], weights["down_proj"]
-    )
-    outputs = outputs.view(experts_per_rank, world_size, capacity, HIDDEN_SIZE)
-    outputs = outputs.transpose(0, 1).reshape(
-        NUM_EXPERTS, capacity, HIDDEN_SIZE
-    )
-    returned = exchange(outputs.contiguous(), splits)
-    output = combine(returned, experts, position, kept, route_weights)
     return {
-        "output": output,
+        "output": layer["output"],
         "probabilities": probabilities,
         "experts": experts,
-        "returned": returned,
+        "returned": layer["returned"],
     }
 
 
@@ -229,14 +207,10 @@ def expert_parallel_gradients(
     tokens = make_tokens(seed, num_tokens).chunk(world_size)[rank].to(device)
     tokens.requires_grad_()
     capacity = expert_capacity(len(tokens), TOP_K, NUM_EXPERTS, NO_DROP_FACTOR)
-    exchange = (
-        exchange_with_gradient if with_gradient else exchange_without_gradient
-    )
+    exchange = exchange_with_gradient if with_gradient else all_to_all
 
     with AllToAllRecorder(rank) as forward_calls:
-        layer = capacity_layer(
-            tokens, weights, rank, world_size, capacity, exchange
-        )
+        layer = capacity_layer(tokens, weights, world_size, capacity, exchange)
     output = layer["output"]
     counts, probability_sums = balance_sums(
         layer["probabilities"], layer["experts"]
@@ -313,6 +287,87 @@ def _split_rows(rows: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
     return list(torch.split(rows, sizes))
 
 
+@dataclass(frozen=True)
+class Dispatched:
+    """What `dropless_dispatch` sent and received, for the way back."""
+
+    received: torch.Tensor  # rows from every peer, peer by peer
+    receive_table: list[list[int]]  # [peer][local expert]: rows received
+    send_sizes: list[int]  # rows sent to each peer
+    receive_sizes: list[int]  # rows received from each peer
+    order: torch.Tensor  # the sort by expert: row i is pair order[i]
+
+
+def dropless_dispatch(
+    tokens: torch.Tensor, experts: torch.Tensor, world_size: int
+) -> Dispatched:
+    """Send every (token, choice) pair to its expert's rank: uneven splits."""
+    experts_per_rank = NUM_EXPERTS // world_size
+    flat_experts = experts.reshape(-1)  # pair t * TOP_K + c: token t
+    order = torch.argsort(flat_experts, stable=True)  # pairs by expert
+    send = tokens[order // TOP_K]  # each peer's pairs form one run
+    expert_ids = torch.arange(NUM_EXPERTS, device=experts.device)
+    rows_per_expert = (flat_experts.unsqueeze(1) == expert_ids).sum(dim=0)
+    # Each peer learns how many rows each of its experts gets from me.
+    incoming = torch.empty_like(rows_per_expert)
+    dist.all_to_all_single(incoming, rows_per_expert)
+    # The host reads both tables: all_to_all_single takes Python lists.
+    send_table = rows_per_expert.view(world_size, experts_per_rank).tolist()
+    receive_table = incoming.view(world_size, experts_per_rank).tolist()
+    send_sizes = [sum(row) for row in send_table]
+    receive_sizes = [sum(row) for row in receive_table]
+    received = send.new_empty(sum(receive_sizes), HIDDEN_SIZE)
+    dist.all_to_all_single(received, send, receive_sizes, send_sizes)
+    return Dispatched(
+        received, receive_table, send_sizes, receive_sizes, order
+    )
+
+
+def dropless_experts(
+    dispatched: Dispatched, gate_up_proj: torch.Tensor, down_proj: torch.Tensor
+) -> torch.Tensor:
+    """This rank's experts on the rows they received, each on however many
+    arrived; the results in the order the rows came in."""
+    world_size = len(dispatched.receive_sizes)
+    # Regroup what arrived, peer by peer, into one run per local expert.
+    pieces = [
+        _split_rows(piece, sizes)
+        for piece, sizes in zip(
+            _split_rows(dispatched.received, dispatched.receive_sizes),
+            dispatched.receive_table,
+            strict=True,
+        )
+    ]
+    outputs_by_peer: list[list[torch.Tensor]] = [[] for _ in range(world_size)]
+    for local in range(len(gate_up_proj)):
+        rows = torch.cat([peer_pieces[local] for peer_pieces in pieces])
+        gate, up = F.linear(rows, gate_up_proj[local]).chunk(2, dim=-1)
+        result = F.linear(F.silu(gate) * up, down_proj[local])
+        sizes = [peer_sizes[local] for peer_sizes in dispatched.receive_table]
+        for peer, part in enumerate(_split_rows(result, sizes)):
+            outputs_by_peer[peer].append(part)
+    return torch.cat([torch.cat(parts) for parts in outputs_by_peer])
+
+
+def dropless_combine(
+    expert_rows: torch.Tensor,
+    dispatched: Dispatched,
+    route_weights: torch.Tensor,
+) -> torch.Tensor:
+    """The reverse all-to-all, then each token's router-weighted sum."""
+    returned = expert_rows.new_empty(sum(dispatched.send_sizes), HIDDEN_SIZE)
+    dist.all_to_all_single(
+        returned,
+        expert_rows,
+        dispatched.send_sizes,  # what each peer sends back, I sent it
+        dispatched.receive_sizes,
+    )
+    unsorted = torch.empty_like(returned)
+    unsorted[dispatched.order] = returned  # undo the sort: pair order again
+    pairs = unsorted.view(-1, TOP_K, HIDDEN_SIZE)  # (tokens, choices, hidden)
+    return (pairs * route_weights.unsqueeze(-1)).sum(dim=1)
+
+
 def dropless_moe(
     rank: int,
     world_size: int,
@@ -322,10 +377,11 @@ def dropless_moe(
 ) -> dict[str, object]:
     """The layer with no capacity: every (token, choice) pair is sent.
 
-    Pairs are sorted by expert, so each peer's pairs form one run of the send
-    buffer; the ranks first exchange how many rows each of their experts will
-    get (a small all-to-all), then read those counts on the host to give
-    `all_to_all_single` its uneven split sizes. Returns this rank's output,
+    `dropless_dispatch` sorts the pairs by expert, so each peer's pairs form
+    one run of the send buffer; the ranks first exchange how many rows each
+    of their experts will get (a small all-to-all), then read those counts
+    on the host to give `all_to_all_single` its uneven split sizes.
+    `dropless_combine` sends the results back. Returns this rank's output,
     the host syncs the forward pass made, and the rows it sent and received.
     """
     _check_divides(world_size, num_tokens)
@@ -341,61 +397,20 @@ def dropless_moe(
     with torch.no_grad(), HostSyncCounter() as syncs:
         probabilities = router_probabilities(tokens, weights["gate.weight"])
         route_weights, experts = top_k_weights(probabilities)
-        flat_experts = experts.reshape(-1)
-        order = torch.argsort(flat_experts, stable=True)  # by expert
-        send = tokens[order // TOP_K]
-        rows_per_expert, _ = balance_sums(probabilities, experts)
-        rows_per_expert = rows_per_expert.long()
-        # Each peer learns how many rows each of its experts gets from me.
-        incoming = torch.empty_like(rows_per_expert)
-        dist.all_to_all_single(incoming, rows_per_expert)
-        # The host reads both tables: all_to_all_single takes Python lists.
-        send_table = rows_per_expert.view(
-            world_size, experts_per_rank
-        ).tolist()
-        receive_table = incoming.view(world_size, experts_per_rank).tolist()
-        send_sizes = [sum(row) for row in send_table]
-        receive_sizes = [sum(row) for row in receive_table]
-        received = send.new_empty(sum(receive_sizes), HIDDEN_SIZE)
-        dist.all_to_all_single(received, send, receive_sizes, send_sizes)
-        # Regroup what arrived, peer by peer, into one run per local expert.
-        pieces = [
-            _split_rows(piece, sizes)
-            for piece, sizes in zip(
-                _split_rows(received, receive_sizes),
-                receive_table,
-                strict=True,
-            )
-        ]
-        outputs_by_peer: list[list[torch.Tensor]] = [
-            [] for _ in range(world_size)
-        ]
-        for local in range(experts_per_rank):
-            rows = torch.cat([peer_pieces[local] for peer_pieces in pieces])
-            gate_up = weights["experts.gate_up_proj"][mine][local]
-            down = weights["experts.down_proj"][mine][local]
-            gate, up = F.linear(rows, gate_up).chunk(2, dim=-1)
-            result = F.linear(F.silu(gate) * up, down)
-            sizes = [peer_sizes[local] for peer_sizes in receive_table]
-            for peer, part in enumerate(_split_rows(result, sizes)):
-                outputs_by_peer[peer].append(part)
-        back = torch.cat([torch.cat(parts) for parts in outputs_by_peer])
-        returned = send.new_empty(sum(send_sizes), HIDDEN_SIZE)
-        dist.all_to_all_single(returned, back, send_sizes, receive_sizes)
-        # Undo the sort, weight each choice, add a token's choices.
-        unsorted = torch.empty_like(returned)
-        unsorted[order] = returned
-        output = (
-            unsorted.view(len(tokens), TOP_K, HIDDEN_SIZE)
-            * route_weights.unsqueeze(-1)
-        ).sum(dim=1)
+        dispatched = dropless_dispatch(tokens, experts, world_size)
+        expert_rows = dropless_experts(
+            dispatched,
+            weights["experts.gate_up_proj"][mine],
+            weights["experts.down_proj"][mine],
+        )
+        output = dropless_combine(expert_rows, dispatched, route_weights)
     return {
         "rank": rank,
         "output": output.tolist(),
         "host_syncs": syncs.accelerator_count,
         "host_syncs_by_call": syncs.by_call(),
-        "rows_sent": send_sizes,
-        "rows_received": receive_sizes,
+        "rows_sent": dispatched.send_sizes,
+        "rows_received": dispatched.receive_sizes,
         "device_type": device.type,
     }
 
