@@ -2,26 +2,38 @@
 
 From chapter 11 of TPU-ready PyTorch. TorchTPU compiles with static shapes:
 every batch shape a step has not seen is a new XLA compilation, seconds to
-minutes each. This test counts the graphs Dynamo captures for one epoch, on
+minutes each. This test names every graph Dynamo captures in one epoch, on
 a CPU with the cheap `aot_eager` backend and `dynamic=False` (as TorchTPU),
-and fails when they exceed the budget or when a second epoch would compile
-anything at all.
+and fails on a graph it does not expect (naming it), on an expected graph
+that never compiled, or when a second epoch would compile anything at all.
 
 To adopt it, replace `make_model`, `make_optimizer`, `make_loader` and
-`train_step` with yours, and set RECOMPILE_BUDGET to the graphs you allow.
+`train_step` with yours, and list the graphs you allow in EXPECTED_GRAPHS.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pytest
 import torch
 import torch.nn.functional as F
 from recompile_model import TRAIN_LENGTHS, TokenModel, make_loader
-from torch._dynamo.utils import counters
 
-# One graph per batch shape (the loader makes 2) for the forward pass and
-# the loss, plus 2 for the optimizer step, whatever the shapes.
-RECOMPILE_BUDGET = 4
+# The graphs one epoch may compile, each named by the function and the line
+# its first op comes from (GraphRecorder), with how many of each: the forward
+# pass and the loss once per batch shape (the loader makes 2), and AdamW's
+# update once ("step: adam(", the call in torch/optim/adam.py's Adam.step),
+# between the two graph breaks torch.optim puts around it. The backward pass
+# is no graph of Dynamo's: AOTAutograd derives it from the forward graph.
+# Names and counts are the same on a CPU, CUDA and a TPU; only the update's
+# op count differs (AdamW's foreach path on an accelerator).
+EXPECTED_GRAPHS = Counter(
+    {
+        "train_step: logits = model(tokens)": 2,
+        "step: adam(": 1,
+    }
+)
 PAD_TO_MULTIPLE_OF = 32
 
 # torch 2.13's Dynamo calls a deprecated torch.jit API inside its own code:
@@ -43,28 +55,76 @@ def make_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
 def train_step(model, optimizer, tokens, targets) -> torch.Tensor:
     logits = model(tokens)
     loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    # Detach before backward(), in the forward graph: after the graph breaks
+    # of backward(), optimizer.step() and zero_grad() the detach would be a
+    # graph of its own, "torch_dynamo_resume_in_train_step_at_N".
+    loss_value = loss.detach()
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return loss.detach()
+    return loss_value
 
 
-def test_training_stays_within_the_recompile_budget() -> None:
+class GraphRecorder:
+    """A torch.compile backend that names each graph, then runs aot_eager."""
+
+    def __init__(self) -> None:
+        self.graphs: list[tuple[str, str]] = []  # (name, where it compiled)
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list):
+        ops = [node for node in gm.graph.nodes if node.op.startswith("call")]
+        # stack_trace: the frames that made the op, outermost first:
+        # 'File "...", line 5, in train_step', then that line's source.
+        trace = (ops[0].stack_trace or "") if ops else ""
+        lines = trace.strip().splitlines()
+        name = "a graph without a stack trace"
+        if len(lines) >= 2 and " in " in lines[0]:
+            name = f"{lines[0].rsplit(' in ', 1)[1]}: {lines[1].strip()}"
+        compile_id = torch._guards.CompileContext.current_compile_id()
+        inputs = [  # all but the parameters: for a forward graph, the batch
+            list(t.shape)
+            for t in example_inputs
+            if isinstance(t, torch.Tensor)
+            and not isinstance(t, torch.nn.Parameter)
+        ]
+        shown = ", ".join(map(str, inputs[:3])) + ", ..." * (len(inputs) > 3)
+        self.graphs.append((name, f"graph {compile_id}, inputs {shown}"))
+        return torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
+
+    def surprises(self, expected: Counter) -> list[str]:
+        """Each graph past its name's count in `expected`, and each missing."""
+        seen: Counter = Counter()
+        found = []
+        for name, where in self.graphs:
+            seen[name] += 1
+            if seen[name] > expected[name]:
+                found.append(f"unexpected: {name} ({where})")
+        for name, count in (expected - seen).items():
+            found.append(
+                f"expected {count} more of {name}: did it run eagerly, "
+                "or is EXPECTED_GRAPHS out of date?"
+            )
+        return found
+
+
+def compile_step(recorder: GraphRecorder):
     torch._dynamo.reset()
-    counters.clear()
+    return torch.compile(train_step, backend=recorder, dynamic=False)
+
+
+def test_training_compiles_the_expected_graphs() -> None:
+    recorder = GraphRecorder()
+    step = compile_step(recorder)
     model = make_model()
     optimizer = make_optimizer(model)
-    step = torch.compile(train_step, backend="aot_eager", dynamic=False)
     loader = make_loader(TRAIN_LENGTHS, pad_to_multiple_of=PAD_TO_MULTIPLE_OF)
 
-    # Past recompile_limit Dynamo would run eagerly, uncounted: make it fail.
+    # Past recompile_limit Dynamo would run eagerly, unrecorded: make it fail.
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
         for tokens, targets in loader:  # the first epoch is the warm-up
             step(model, optimizer, tokens, targets)
-    graphs = counters["stats"]["unique_graphs"]
-    assert graphs <= RECOMPILE_BUDGET, (
-        f"one epoch compiled {graphs} graphs, budget {RECOMPILE_BUDGET}"
-    )
+    surprises = recorder.surprises(EXPECTED_GRAPHS)
+    assert not surprises, "\n".join(["one epoch's graphs:", *surprises])
 
     # After the warm-up any new graph is an error: a second epoch must
     # reuse every graph of the first.
@@ -78,24 +138,24 @@ def test_training_stays_within_the_recompile_budget() -> None:
 
 def test_a_learning_rate_schedule_compiles_nothing_new() -> None:
     # A Python float learning rate is a constant in the graph: every value
-    # a scheduler sets is a new guard, a new graph, each step. As a tensor
-    # it is an input, and the graphs of the first epoch serve every later
-    # learning rate. (On CUDA, where AdamW defaults to foreach=True, a
+    # a scheduler sets is a new guard, a new optimizer graph, each step. As
+    # a tensor it is an input, and the graphs of the first epoch serve every
+    # later learning rate. (On CUDA, where AdamW defaults to foreach=True, a
     # tensor lr also needs capturable=True; TorchTPU needs it anyway.)
-    torch._dynamo.reset()
-    counters.clear()
+    recorder = GraphRecorder()
+    step = compile_step(recorder)
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=torch.tensor(1e-2))
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: 1 / (1 + step)
     )
-    step = torch.compile(train_step, backend="aot_eager", dynamic=False)
     loader = make_loader(TRAIN_LENGTHS, pad_to_multiple_of=PAD_TO_MULTIPLE_OF)
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
         for tokens, targets in loader:
             step(model, optimizer, tokens, targets)
             schedule.step()
-    assert counters["stats"]["unique_graphs"] <= RECOMPILE_BUDGET
+    surprises = recorder.surprises(EXPECTED_GRAPHS)
+    assert not surprises, "\n".join(["one epoch's graphs:", *surprises])
     with torch.compiler.set_stance("fail_on_recompile"):
         for tokens, targets in loader:
             step(model, optimizer, tokens, targets)
