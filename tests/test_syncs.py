@@ -122,6 +122,23 @@ def test_print_counts_once_although_dispatch_modes_see_nothing(
     assert "tensor(" in capsys.readouterr().out
 
 
+def test_reads_inside_a_kernel_are_not_counted() -> None:
+    # torch's CPU grouped_mm reads each of its 4 offsets inside its kernel: the profiler,
+    # which records every dispatched op, sees them; the counter watches only the calls the
+    # code makes, so it counts none (the limit chapter 3 states).
+    inputs, weights = torch.randn(10, 8), torch.randn(4, 8, 8)
+    offsets = torch.tensor([2, 5, 5, 10], dtype=torch.int32)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=activities) as profile, HostSyncCounter() as syncs:
+        F.grouped_mm(inputs, weights, offs=offsets)
+    names = [event.name for event in profile.events()]
+    assert names.count("aten::_local_scalar_dense") == len(offsets)
+    assert syncs.count == 0, syncs.by_call()
+    with HostSyncCounter() as syncs:  # the same read, made by the code, counts
+        offsets[0].item()
+    assert syncs.count == 1
+
+
 def test_reads_outside_the_block_are_not_counted() -> None:
     SCALAR.item()
     with HostSyncCounter() as syncs:
