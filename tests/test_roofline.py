@@ -1,8 +1,10 @@
 """`tpuready.calc.roofline`: intensities worked by hand, roofline properties, MFU, bad input.
 
 The hand-worked cases write each count out in full, so a wrong formula cannot pass by agreeing
-with itself. The last test checks the module against chapter 9's plan: the announcement's
-28 % MFU on 8,192 TPU v7x chips gives the same tokens per second through both modules.
+with itself. The last tests check the module against chapter 9's plan: the book's assumed run
+(the announcement's 28 % MFU, taken at the bf16 peak on all of its 8,192 TPU v7x chips) gives
+the same tokens per second through both modules, which fails if the plan's MFU counted other
+FLOPs or another peak than `tokens_per_second` does.
 """
 
 from __future__ import annotations
