@@ -10,9 +10,16 @@ error.
 """
 
 import json
+import os
 import sys
 
-from vllm import LLM, SamplingParams
+# vLLM ranks every log-probability it returns with a function it compiles
+# with torch.compile (Inductor's C++ code on a CPU): seconds of compiling
+# for a dozen tokens, and a build that fails under the book's portable
+# kernels (ATEN_CPU_CAPABILITY=default). With compiling off it runs eagerly.
+os.environ["TORCH_COMPILE_DISABLE"] = "1"
+
+from vllm import LLM, SamplingParams  # after the setting above
 
 
 def main() -> None:
