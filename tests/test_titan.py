@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+import re
 import subprocess
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from tpuready.calc.plan import ModelConfig, PlanError, make_plan
 from tpuready.calc.titan import (
     TitanConfigError,
     TitanRejection,
+    chip_split_costs,
     raise_for_rejection,
     rejected_flag,
     titan_degrees,
@@ -85,6 +87,74 @@ def test_a_one_device_chip_has_no_context_parallelism():
     assert options["--parallelism.context_parallel_degree"] == "1"
     assert options["--parallelism.tensor_parallel_degree"] == "4"
     assert options["--training.local_batch_size"] == "32"  # 8192 sequences over 256 ranks
+
+
+def test_tensor_inside_a_chip_moves_the_devices_from_cp_to_tp():
+    plan = plan_for({"fsdp": 1024, "expert": 8})
+    options = titan_options(titan_flags(plan, **NAMES, within_chip="tensor"))
+    assert options["--parallelism.context_parallel_degree"] == "1"
+    assert options["--parallelism.tensor_parallel_degree"] == "2"
+    assert options["--parallelism.expert_parallel_degree"] == "16"  # ep borrows tp's ranks
+    assert "--parallelism.context_parallel_load_balancer" not in options
+    with pytest.raises(TitanConfigError, match="within_chip"):
+        titan_degrees({"fsdp": 4}, devices_per_chip=2, within_chip="pipeline")
+
+
+def test_chip_split_costs_for_chapter_19s_plan_by_hand():
+    plan = plan_for({"fsdp": 1024, "expert": 8})
+    context, tensor = chip_split_costs(plan).values()
+    tokens, layers, half = 4096, 94, 1 / 2  # a chip's tokens; what a device receives
+    # cp: keys and values (2 x 4 heads x 128) gathered forward, gradients back, per layer.
+    assert context.die_to_die_bytes == layers * 2 * half * tokens * 1024 * 2
+    # tp: four (T x 4096) collectives per layer, four more for the embedding and head.
+    assert tensor.die_to_die_bytes == (layers * 4 + 4) * half * tokens * 4096 * 2
+    # Dense weights: attention (q, o 4096 x 8192; k, v 4096 x 512; q/k norms), the router
+    # and the untied embedding and head, gathered in bf16 twice and reduced in fp32.
+    dense = layers * (2 * 4096 * 8192 + 2 * 4096 * 512 + 2 * 128 + 128 * 4096) + 2 * 151936 * 4096
+    assert tensor.dense_gather_bytes == dense * (2 + 2 + 4)
+    assert context.dense_gather_bytes == 2 * tensor.dense_gather_bytes  # each device: all
+    # Each device holds half the plan's chip, plus what its split adds.
+    saved_input = layers * half * tokens * 4096 * 2  # tp's gathered attention input
+    assert tensor.memory_bytes_per_device == plan.memory_bytes / 2 + saved_input
+    assert context.memory_bytes_per_device > plan.memory_bytes / 2
+
+
+@settings(max_examples=40)
+@given(
+    mesh=st.sampled_from([{"fsdp": 64}, {"fsdp": 8, "expert": 8}, {"data": 2, "fsdp": 32}]),
+    seq_len=st.sampled_from([1024, 4096, 16384, 65536]),
+    recompute=st.booleans(),
+)
+def test_activations_grow_with_the_chips_tokens_and_the_weights_do_not(mesh, seq_len, recompute):
+    costs = [
+        chip_split_costs(
+            make_plan(QWEN3_235B, mesh, "v7", num_chips=64, global_batch=64 * batch,
+                      seq_len=seq_len, recompute=recompute)
+        )
+        for batch in (1, 2)
+    ]  # fmt: skip
+    for name in ("context", "tensor"):
+        one, two = costs[0][name], costs[1][name]
+        assert two.die_to_die_bytes == pytest.approx(2 * one.die_to_die_bytes)
+        assert two.dense_gather_bytes == one.dense_gather_bytes
+    # cp always moves fewer activation bytes (Qwen3's K and V are narrower than the hidden
+    # state) and gathers more weights; recomputation adds a forward's collectives to both.
+    context, tensor = costs[0].values()
+    assert context.die_to_die_bytes < tensor.die_to_die_bytes
+    assert context.dense_gather_bytes > tensor.dense_gather_bytes
+
+
+@pytest.mark.parametrize(
+    ("plan", "needle"),
+    [
+        ("not a plan", "use make_plan"),
+        (plan_for({"fsdp": 256}, chip="v5p"), "devices_per_chip=1"),
+        (plan_for({"fsdp": 4, "tensor": 2}), "plan.mesh['tensor']=2"),
+    ],
+)
+def test_chip_split_costs_refuses_what_it_does_not_model(plan, needle):
+    with pytest.raises(TitanConfigError, match=re.escape(needle)):
+        chip_split_costs(plan)
 
 
 # A plan may have an expert axis or a tensor axis, not both (TorchTitan has no such layout).
@@ -278,6 +348,9 @@ def test_torchtitan_accepts_the_flags_and_rejects_the_mistakes():
             plan_for({"data": 2, "fsdp": 128, "expert": 32}, recompute=True), **NAMES
         ),
         "tensor": titan_flags(plan_for({"fsdp": 2048, "tensor": 4}), **NAMES),
+        "tp inside": titan_flags(
+            plan_for({"fsdp": 1024, "expert": 8}), **NAMES, within_chip="tensor"
+        ),
         "naive": [
             "1024" if flags_index == best.index("--parallelism.data_parallel_shard_degree") + 1
             else flag
@@ -301,7 +374,8 @@ def test_torchtitan_accepts_the_flags_and_rejects_the_mistakes():
     ).stdout  # fmt: skip
     report = json.loads(printed.splitlines()[-1])
     results = {result["name"]: result for result in report["results"]}
-    assert all(results[name]["accepted"] for name in ("best", "recomputed", "tensor"))
+    assert all(results[name]["accepted"] for name in ("best", "recomputed", "tensor", "tp inside"))
+    assert results["tp inside"]["groups"] == {"tp": [0, 1], "ep": list(range(16))}
     meshes = {
         name: {mesh: dict(map(tuple, axes)) for mesh, axes in results[name]["meshes"].items()}
         for name in ("best", "tensor")

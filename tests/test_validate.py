@@ -621,6 +621,9 @@ BAD_INPUTS: list[tuple[str, str, object, Callable[[Any], object]]] = [
      lambda v: titan.titan_degrees({"fsdp": 4}, devices_per_chip=v)),
     ("titan.titan_flags", "module", 42, lambda v: titan.titan_flags(PLAN, module=v, config="c")),
     ("titan.rejected_flag", "message", 42, lambda v: titan.rejected_flag(v)),
+    ("titan.titan_degrees", "within_chip", "pipeline",
+     lambda v: titan.titan_degrees({"fsdp": 4}, devices_per_chip=2, within_chip=v)),
+    ("titan.chip_split_costs", "plan", "a plan", lambda v: titan.chip_split_costs(v)),
     # buckets
     ("buckets.optimal_buckets", "lengths", 5, lambda v: buckets.optimal_buckets(v, 2)),
     ("buckets.optimal_buckets", "k", True, lambda v: buckets.optimal_buckets([3, 9, 40], v)),
@@ -710,6 +713,7 @@ NOT_IN_THE_TABLE = {
     "plan.Plan": "what make_plan returns",
     "titan.raise_for_rejection": "takes TorchTitan's result mapping",
     "titan.titan_options": "takes a list of flags",
+    "titan.ChipSplit": "what chip_split_costs returns",
     "buckets.PaddingStats": "what padding_stats returns",
     "alignment.PaddingAdvice": "what recommend_padding returns",
     "roofline.AttentionVariant": "a Literal type",

@@ -4,13 +4,22 @@
 
 Loads the saved model with vLLM's offline `LLM`, decodes each prompt
 greedily for exactly MAX_TOKENS tokens, and prints one JSON line: the
-generated token ids of each prompt. vLLM's log goes to standard error.
+generated token ids of each prompt ("tokens") and the log-probability
+vLLM gave each chosen token ("logprobs"). vLLM's log goes to standard
+error.
 """
 
 import json
+import os
 import sys
 
-from vllm import LLM, SamplingParams
+# vLLM ranks every log-probability it returns with a function it compiles
+# with torch.compile (Inductor's C++ code on a CPU): seconds of compiling
+# for a dozen tokens, and a build that fails under the book's portable
+# kernels (ATEN_CPU_CAPABILITY=default). With compiling off it runs eagerly.
+os.environ["TORCH_COMPILE_DISABLE"] = "1"
+
+from vllm import LLM, SamplingParams  # after the setting above
 
 
 def main() -> None:
@@ -27,12 +36,28 @@ def main() -> None:
         seed=0,
     )
     greedy = SamplingParams(
-        temperature=0.0, max_tokens=max_tokens, ignore_eos=True
+        temperature=0.0,
+        max_tokens=max_tokens,
+        ignore_eos=True,
+        logprobs=0,  # no runners-up: only the chosen token's log-probability
     )
     prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]
     outputs = llm.generate(prompts, greedy, use_tqdm=False)
-    generated = [list(output.outputs[0].token_ids) for output in outputs]
-    print(json.dumps(generated))
+    tokens, logprobs = [], []
+    for output in outputs:
+        completion = output.outputs[0]
+        tokens.append(list(completion.token_ids))
+        # One {token id: Logprob} per step, from the raw logits (vLLM's
+        # default logprobs_mode, "raw_logprobs"): before sampling settings.
+        logprobs.append(
+            [
+                step[token].logprob
+                for step, token in zip(
+                    completion.logprobs, completion.token_ids, strict=True
+                )
+            ]
+        )
+    print(json.dumps({"tokens": tokens, "logprobs": logprobs}))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,27 @@ What a chip stores is then the plan's; what it moves is not quite: each device g
 dense layers for its half of the sequences (twice the plan's dense gathers per chip), and
 attention's keys and values pass between a chip's devices. The plan counts neither.
 
+TorchTitan accepts the other split too: `within_chip="tensor"` makes a chip's devices a factor
+of `tensor_parallel_degree` instead (Megatron-style heads with sequence parallelism; with
+expert parallelism TorchTitan splits the MoE's tokens over tp). `chip_split_costs` prices the
+two per training step (`ChipSplit`): the activations that cross between a chip's devices (the
+die-to-die link), the dense weights the chip's devices gather, and the memory per device. It
+counts, per layer and for each of the chip's tokens T (h the hidden size, kv the key or value
+width, d the devices per chip, each collective receiving (d - 1) / d of its array):
+
+- context: an all-gather of the keys and values (T x 2 kv, bf16) in each forward pass (two
+  with recomputation; TorchTitan gathers them whole for FlexAttention) and a reduce-scatter of
+  their gradients in the backward; every device gathers the whole dense layers (d times the
+  plan's dense gathers per chip), holds two of them whole, and keeps the gathered keys and
+  values for the backward of every layer it keeps activations for;
+- tensor: sequence parallelism's all-gather before the attention's projections and
+  reduce-scatter after them (T x h, bf16), in each forward pass and in the backward, plus
+  four for the embedding and the output head; each device gathers 1/d of the dense layers
+  (the plan's gathers per chip) and keeps the gathered attention input (T x h) for the backward.
+
+The rest of a device's memory is the plan's per chip over d: either split halves every
+activation and every shard. Bytes only: Google states no bandwidth for the die-to-die link.
+
 The flags also carry the batch (`local_batch_size` per dp rank, `global_batch_size`), the
 sequence length, activation checkpointing (`activation-checkpoint:full` when the plan
 recomputes, `:none` when not) and `--training.disable_cuda_graphs`: TorchTitan 0.3.0 captures
@@ -43,14 +64,18 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from tpuready.calc.plan import AXES, Plan, PlanError
-from tpuready.validate import InputError, whole_number
+from tpuready.validate import InputError, one_of, whole_number
 
 __all__ = [
     "TITAN_VERSION",
+    "WITHIN_CHIP",
+    "ChipSplit",
     "TitanConfigError",
     "TitanRejection",
+    "chip_split_costs",
     "raise_for_rejection",
     "rejected_flag",
     "titan_degrees",
@@ -60,6 +85,12 @@ __all__ = [
 
 TITAN_VERSION = "0.3.0"
 """The TorchTitan release these flags are written for and checked against."""
+
+WITHIN_CHIP: tuple[str, ...] = ("context", "tensor")
+"""The TorchTitan degree a chip's devices can split its work over: `context_parallel_degree`
+(the book's choice) or `tensor_parallel_degree`."""
+
+BF16, FP32 = 2, 4
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _MODULE = re.compile(rf"{_NAME}(\.{_NAME})*")  # a module path: --module imports it
@@ -77,9 +108,12 @@ class TitanRejection(InputError):
     """TorchTitan refused a configuration; the message quotes it and names the flag to fix."""
 
 
-def titan_degrees(mesh: Mapping[str, int], *, devices_per_chip: int = 1) -> dict[str, int]:
+def titan_degrees(
+    mesh: Mapping[str, int], *, devices_per_chip: int = 1, within_chip: str = "context"
+) -> dict[str, int]:
     """TorchTitan's six parallelism degrees, by flag name in its mesh order, for a plan's mesh
-    (a missing axis is 1) on chips of `devices_per_chip` devices (`Chip.devices_per_chip`)."""
+    (a missing axis is 1) on chips of `devices_per_chip` devices (`Chip.devices_per_chip`),
+    split over the degree `within_chip` names (`WITHIN_CHIP`)."""
     if not isinstance(mesh, Mapping):
         raise TitanConfigError(f"mesh must map axis names to sizes, got {mesh!r}: use plan.mesh")
     unknown = sorted(set(mesh) - set(AXES))
@@ -100,6 +134,7 @@ def titan_degrees(mesh: Mapping[str, int], *, devices_per_chip: int = 1) -> dict
         fix="pass the chip's devices_per_chip from tpuready.calc.hardware",
         error=TitanConfigError,
     )
+    within_chip = one_of("within_chip", within_chip, WITHIN_CHIP, error=TitanConfigError)
     if expert > 1 and tensor > 1:
         raise TitanConfigError(
             f"mesh['expert']={expert} with mesh['tensor']={tensor} has no TorchTitan "
@@ -111,16 +146,16 @@ def titan_degrees(mesh: Mapping[str, int], *, devices_per_chip: int = 1) -> dict
         "pipeline_parallel_degree": 1,
         "data_parallel_replicate_degree": data,
         "data_parallel_shard_degree": fsdp * expert,
-        "context_parallel_degree": devices,
-        "tensor_parallel_degree": tensor,
+        "context_parallel_degree": devices if within_chip == "context" else 1,
+        "tensor_parallel_degree": tensor * (devices if within_chip == "tensor" else 1),
         "expert_parallel_degree": expert * devices if expert > 1 else 1,
     }
 
 
-def titan_flags(plan: Plan, *, module: str, config: str) -> list[str]:
-    """`python -m torchtitan.train`'s arguments for `plan` on its chip's devices, with
-    TorchTitan's config registry `module` and its function `config` (which supplies the
-    model): the map in the module docstring."""
+def titan_flags(plan: Plan, *, module: str, config: str, within_chip: str = "context") -> list[str]:
+    """`python -m torchtitan.train`'s arguments for `plan` on its chip's devices, split over
+    `within_chip` (`WITHIN_CHIP`), with TorchTitan's config registry `module` and its function
+    `config` (which supplies the model): the map in the module docstring."""
     if not isinstance(plan, Plan):
         raise TitanConfigError(
             f"plan must be a tpuready.calc.plan.Plan, got {plan!r}: use make_plan"
@@ -138,7 +173,9 @@ def titan_flags(plan: Plan, *, module: str, config: str) -> list[str]:
                 f"{name} must be a Python {kind} name such as {example!r}, got {value!r}: "
                 f"TorchTitan {use} for --{name}"
             )
-    degrees = titan_degrees(plan.mesh, devices_per_chip=plan.chip.devices_per_chip)
+    degrees = titan_degrees(
+        plan.mesh, devices_per_chip=plan.chip.devices_per_chip, within_chip=within_chip
+    )
     tensor, context = degrees["tensor_parallel_degree"], degrees["context_parallel_degree"]
     # The trainer's rule (sequence parallelism over tp, load balancing over 2 cp) and, with
     # context parallelism, PyTorch's block masks (cp x 128, FlexAttention's block size).
@@ -168,6 +205,71 @@ def titan_flags(plan: Plan, *, module: str, config: str) -> list[str]:
         "activation-checkpoint:full" if plan.recompute else "activation-checkpoint:none",
     ]
     return flags
+
+
+@dataclass(frozen=True)
+class ChipSplit:
+    """One way of splitting each chip's work between its devices, per training step: the
+    model in the module docstring."""
+
+    within_chip: str
+    die_to_die_bytes: float
+    """Activation bytes each device receives from the chip's other devices."""
+    dense_gather_bytes: float
+    """Dense-weight bytes the chip's devices gather together (bf16 all-gathers forward and
+    backward, fp32 gradient reduce-scatters), wherever they travel."""
+    memory_bytes_per_device: float
+    """Weights, optimizer state, gathered layers and activations on one device."""
+
+
+def chip_split_costs(plan: Plan) -> dict[str, ChipSplit]:
+    """What splitting each chip's work between its devices over context parallelism or over
+    tensor parallelism costs `plan` per step, by `WITHIN_CHIP` name, for a plan without a
+    tensor axis on a chip of two or more devices (the module docstring's model)."""
+    if not isinstance(plan, Plan):
+        raise TitanConfigError(
+            f"plan must be a tpuready.calc.plan.Plan, got {plan!r}: use make_plan"
+        )
+    devices = plan.chip.devices_per_chip
+    if devices < 2:
+        raise TitanConfigError(
+            f"plan.chip is {plan.chip.name}, devices_per_chip={devices}: a chip of one device "
+            "has no work to split; plan on a chip of two devices, such as 'v7'"
+        )
+    if plan.mesh.get("tensor", 1) > 1:
+        raise TitanConfigError(
+            f"plan.mesh['tensor']={plan.mesh['tensor']}: chip_split_costs models a plan "
+            "without a tensor axis; plan with tensor 1"
+        )
+    model, tokens = plan.model, plan.tokens_per_chip
+    share = (devices - 1) / devices  # of a gathered array, what comes from the others
+    forward_passes = 2 if plan.recompute else 1
+    kept_layers = 1 if plan.recompute else model.num_layers  # layers whose activations stay
+    keys_values = tokens * 2 * model.kv_dim * BF16
+    hidden = tokens * model.hidden_size * BF16
+    dense_layer = model.attention_params_per_layer + model.router_params_per_layer
+    head = 0 if model.tied_embeddings else model.embedding_params
+    dense = model.num_layers * dense_layer + model.embedding_params + head
+    gathers = dense * (2 * BF16 + FP32)  # all-gathered forward and backward, fp32 gradients
+    base = plan.memory_bytes / devices
+    return {
+        "context": ChipSplit(
+            within_chip="context",
+            die_to_die_bytes=model.num_layers * (forward_passes + 1) * share * keys_values,
+            dense_gather_bytes=devices * gathers,
+            # Two whole gathered dense layers instead of 2 / devices of them, and the
+            # gathered keys and values.
+            memory_bytes_per_device=base
+            + 2 * share * dense_layer * BF16
+            + kept_layers * share * keys_values,
+        ),
+        "tensor": ChipSplit(
+            within_chip="tensor",
+            die_to_die_bytes=(model.num_layers * (2 * forward_passes + 2) + 4) * share * hidden,
+            dense_gather_bytes=gathers,
+            memory_bytes_per_device=base + kept_layers * share * hidden,
+        ),
+    }
 
 
 def titan_options(flags: Sequence[str]) -> dict[str, str]:
