@@ -1,11 +1,11 @@
 """Bad input to every calculator: one error family, a message naming the argument and the value.
 
 Each public function of `tpuready.calc.alignment`, `tpuready.calc.buckets`,
-`tpuready.calc.roofline`, `tpuready.calc.ici`, `tpuready.calc.plan`, `tpuready.calc.serving` and
-`tpuready.calc.inference` gets a valid call, and hypothesis replaces one argument at a time with a
-value no caller means (a bool, a float, a string, None, zero, a negative, NaN). The call must raise
-an `InputError` (a `ValueError`) whose message names the argument and the value; NumPy integers and
-floats must give the same answer as Python's.
+`tpuready.calc.packing`, `tpuready.calc.roofline`, `tpuready.calc.ici`, `tpuready.calc.plan`,
+`tpuready.calc.serving` and `tpuready.calc.inference` gets a valid call, and hypothesis replaces
+one argument at a time with a value no caller means (a bool, a float, a string, None, zero, a
+negative, NaN). The call must raise an `InputError` (a `ValueError`) whose message names the
+argument and the value; NumPy integers and floats must give the same answer as Python's.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from tpuready.calc import (
     hardware,
     ici,
     inference,
+    packing,
     plan,
     roofline,
     serving,
@@ -157,6 +158,18 @@ CALLS: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
     ),
     ("padded_tokens", buckets.padded_tokens, {"lengths": [3, 9, 40], "buckets": (16, 64)}),
     ("padding_stats", buckets.padding_stats, {"lengths": [3, 9, 40], "buckets": (16, 64)}),
+    (
+        "pack_documents",
+        lambda num_rows, row_len: [
+            t.tolist() for t in packing.pack_documents([[5, 6]], num_rows, row_len)
+        ],
+        {"num_rows": 2, "row_len": 8},
+    ),
+    (
+        "plan_packed_batches",
+        lambda num_rows, row_len: packing.plan_packed_batches([3, 1], num_rows, row_len),
+        {"num_rows": 2, "row_len": 8},
+    ),
     ("TorusPiece", ici.TorusPiece, {"size": 4, "wraps": True, "stride": 2}),
     ("AxisLayout", ici.AxisLayout, {"pieces": RING.pieces, "link_bytes_per_second": 45e9}),
     ("shard_len", lambda length, ways: plan.shard_len(length, ways), {"length": 10, "ways": 3}),
@@ -634,6 +647,14 @@ BAD_INPUTS: list[tuple[str, str, object, Callable[[Any], object]]] = [
      lambda v: buckets.pad_to_bucket([[1, 2]], (4, 8), padding_side=v)),
     ("buckets.padded_tokens", "buckets", "ab", lambda v: buckets.padded_tokens([3], v)),
     ("buckets.padding_stats", "lengths", 3.5, lambda v: buckets.padding_stats(v, (4, 8))),
+    # packing
+    ("packing.pack_documents", "num_rows", 0, lambda v: packing.pack_documents([[1, 2]], v, 8)),
+    ("packing.pack_documents", "pad_value", -1,
+     lambda v: packing.pack_documents([[1, 2]], 1, 8, pad_value=v)),
+    ("packing.plan_packed_batches", "row_len", True,
+     lambda v: packing.plan_packed_batches([3, 4], 2, v)),
+    ("packing.plan_packed_batches", "lengths[1]", 2.5,
+     lambda v: packing.plan_packed_batches([3, v], 2, 8)),
     # alignment
     ("alignment.round_up", "multiple", 0, lambda v: alignment.round_up(100, v)),
     ("alignment.tile_utilization", "tile", "128", lambda v: alignment.tile_utilization(100, v)),
@@ -715,6 +736,7 @@ NOT_IN_THE_TABLE = {
     "titan.titan_options": "takes a list of flags",
     "titan.ChipSplit": "what chip_split_costs returns",
     "buckets.PaddingStats": "what padding_stats returns",
+    "packing.PackedBatch": "what pack_documents returns",
     "alignment.PaddingAdvice": "what recommend_padding returns",
     "roofline.AttentionVariant": "a Literal type",
     "roofline.Bound": "a Literal type",
@@ -724,7 +746,18 @@ NOT_IN_THE_TABLE = {
     "serving.Request": "a record: schedule checks it, naming the request's index (row above)",
     "inference.DecodeStep": "what decode_step returns",
 }
-CALC_MODULES = (hardware, ici, plan, titan, buckets, alignment, roofline, serving, inference)
+CALC_MODULES = (
+    hardware,
+    ici,
+    plan,
+    titan,
+    buckets,
+    packing,
+    alignment,
+    roofline,
+    serving,
+    inference,
+)
 
 
 def _public_callables() -> set[str]:

@@ -1,2 +1,2 @@
-"""The book's calculators: chips, collectives, plans, rooflines, buckets, alignment, serving, KV
-caches."""
+"""The book's calculators: chips, collectives, plans, rooflines, buckets, packing, alignment,
+serving, KV caches."""
