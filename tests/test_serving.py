@@ -17,10 +17,12 @@ from hypothesis import strategies as st
 
 from tpuready.calc.serving import (
     MIN_NUM_SEQS,
+    PROMPT_RANGE,
     EngineBuckets,
     Request,
     ServingBucketError,
     attention_request_buckets,
+    lognormal_stream,
     request_buckets,
     schedule,
     token_buckets,
@@ -103,7 +105,14 @@ def test_request_buckets_cover_every_request_count(max_num_seqs: int) -> None:
 
 def test_an_engine_compiles_a_model_graph_per_token_bucket_by_default() -> None:
     engine = EngineBuckets.from_settings(max_num_batched_tokens=16384, max_num_seqs=256)
-    assert engine.compiled_graphs() == {"model": 11, "logits": 6, "sampling": 24}
+    # select: each request bucket (8 to 256) with each token bucket at least as large.
+    select = 2 + 3 + 4 + 5 + 7 * 6
+    assert engine.compiled_graphs() == {
+        "model": 11,
+        "logits": 6,
+        "sampling": 24,
+        "select": select,
+    }
     bucketized = EngineBuckets.from_settings(16384, 256, {"ATTN_BUCKETIZED_NUM_REQS": "1"})
     assert bucketized.compiled_graphs()["model"] == 11 * 6
 
@@ -165,6 +174,10 @@ def test_schedule_chunks_prompts_and_admits_first_come_first_served() -> None:
     assert ran.step_index.tolist() == [0, 1, 2, 3, 10, 11]
     assert ran.first_token_step.tolist() == [0, 2, 3, 10]
     assert ran.finish_step.tolist() == [2, 3, 3, 11]
+    # The cache: step 0 holds 5 + 11 prompt tokens; step 1 request 0's first output fed back
+    # and 15 more of prompt 1; step 2 its second output and prompt 1 whole; step 3 request 1's
+    # first output and prompt 2; then request 3's prompt, and its first output.
+    assert ran.step_kv_tokens.tolist() == [16, 32, 47, 51, 4, 5]
 
 
 def test_decoding_requests_take_one_token_each() -> None:
@@ -207,6 +220,25 @@ def test_schedule_respects_its_limits_and_computes_every_token(
     assert (finish - first >= np.array([r.output_tokens - 1 for r in requests])).all()
     assert (np.diff(first) >= 0).all(), "first come, first served"
     assert finish.max() == ran.step_index[-1]
+    # The cache holds at least the step's tokens and at most every running request whole.
+    longest = max(r.prompt_tokens + r.output_tokens - 1 for r in requests)
+    assert (ran.step_tokens <= ran.step_kv_tokens).all()
+    assert (ran.step_kv_tokens <= most_running * longest).all()
+
+
+def test_a_lognormal_stream_is_sorted_bounded_and_centred_on_its_medians() -> None:
+    stream = lognormal_stream(4000, 0.5, 256, 128, seed=1)
+    arrivals = [r.arrival_step for r in stream]
+    prompts = np.array([r.prompt_tokens for r in stream])
+    outputs = np.array([r.output_tokens for r in stream])
+    assert arrivals == sorted(arrivals)
+    assert arrivals[-1] == pytest.approx(4000 / 0.5, rel=0.05)  # Poisson at 0.5 a step
+    assert PROMPT_RANGE[0] <= prompts.min() and prompts.max() <= PROMPT_RANGE[1]
+    assert np.median(prompts) == pytest.approx(256, rel=0.1)
+    assert np.median(outputs) == pytest.approx(128, rel=0.1)
+    assert lognormal_stream(4000, 0.5, 256, 128, seed=1) == stream  # the seed fixes it
+    with pytest.raises(ServingBucketError, match="rate must be"):
+        lognormal_stream(10, 0, 256, 128)
 
 
 def test_schedule_names_what_it_cannot_use() -> None:

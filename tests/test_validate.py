@@ -198,21 +198,41 @@ CALLS: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
         {"requests": [serving.Request(0, 40, 3)], "max_num_batched_tokens": 16, "max_num_seqs": 4},
     ),
     (
+        "lognormal_stream",
+        serving.lognormal_stream,
+        {"num_requests": 4, "rate": 0.5, "prompt_median": 64, "output_median": 8},
+    ),
+    (
         "kv_bytes_per_token",
         inference.kv_bytes_per_token,
         {"model": TINY_MOE, "bytes_per_value": 2, "tpu_layout": True},
     ),
     ("experts_touched", inference.experts_touched, {"model": TINY_MOE, "tokens": 8}),
     ("tpu_head_dim", inference.tpu_head_dim, {"head_dim": 96}),
+    ("kv_head_replicas", inference.kv_head_replicas, {"num_kv_heads": 2, "tensor_parallel": 4}),
     (
         "max_concurrent_sequences",
         inference.max_concurrent_sequences,
-        {"model": TINY_MOE, "chip": "v5e", "context_len": 1024, "chips": 2, "bytes_per_param": 2},
+        {
+            "model": TINY_MOE,
+            "chip": "v5e",
+            "context_len": 1024,
+            "chips": 2,
+            "attention_data_parallel": 1,
+            "bytes_per_param": 2,
+        },
     ),
     (
         "decode_step",
         inference.decode_step,
-        {"model": TINY_MOE, "chip": "v6e", "batch": 8, "context_len": 1024, "chips": 2},
+        {
+            "model": TINY_MOE,
+            "chip": "v6e",
+            "batch": 8,
+            "context_len": 1024,
+            "chips": 2,
+            "attention_data_parallel": 2,
+        },
     ),
 ]
 # The arguments that are real numbers (a rate, a byte count), not whole numbers.
@@ -231,6 +251,7 @@ NUMBERS = {
     "link_bytes_per_second",
     "bytes_per_value",
     "bytes_per_param",
+    "rate",
 }
 # Arguments of other kinds, with their own tests below.
 OTHER = {
@@ -709,9 +730,13 @@ BAD_INPUTS: list[tuple[str, str, object, Callable[[Any], object]]] = [
     ("serving.schedule", "max_num_seqs", None,
      lambda v: serving.schedule([serving.Request(0, 40, 3)], 16, v)),
     ("serving.token_buckets", "min_bucket", 3, lambda v: serving.token_buckets(512, min_bucket=v)),
+    ("serving.lognormal_stream", "seed", -1,
+     lambda v: serving.lognormal_stream(4, 0.5, 64, 8, seed=v)),
     # inference
     ("inference.decode_step", "batch", 0, lambda v: inference.decode_step(TINY_MOE, "v6e", v, 64)),
     ("inference.experts_touched", "tokens", 0.5, lambda v: inference.experts_touched(TINY_MOE, v)),
+    ("inference.kv_head_replicas", "tensor_parallel", 3,
+     lambda v: inference.kv_head_replicas(2, v)),
     ("inference.kv_bytes_per_token", "bytes_per_value", -2,
      lambda v: inference.kv_bytes_per_token(TINY_MOE, bytes_per_value=v)),
     ("inference.max_concurrent_sequences", "hbm_headroom", 2.0,

@@ -17,9 +17,20 @@ The model follows the Scaling Book's inference chapter ("All About Transformer I
 - A mixture of experts reads only the experts its batch routes to: with `k` of `E` experts per
   token chosen uniformly, a batch of `B` tokens touches `E (1 - (1 - k/E)^B)` experts per layer
   in expectation (an assumption: real routers are not uniform).
-- Weights and the KV cache are split evenly over `chips` (tensor or expert parallel); the
-  communication between them is left out, so the times are lower bounds, as every roofline here.
-  Memory keeps `HBM_HEADROOM` (10 %) free, as `tpuready.calc.plan` does.
+- The input embedding table is a gather: a step reads only the rows of its tokens, not the table
+  (a tied table is read whole all the same, as the output head).
+- The chips' devices (`Chip.devices_per_chip`: two per v7 chip) run attention in
+  `attention_data_parallel` groups of `tensor_parallel = devices / attention_data_parallel`
+  devices. A group splits the attention heads and keeps its own sequences' KV cache; when the
+  group has more devices than the model has KV heads, each KV head (its cache and its K and V
+  projections) is copied on `tensor_parallel / num_kv_heads` devices, as vLLM's
+  `QKVParallelLinear` and tpu-inference's `get_padded_num_heads` do (`kv_head_replicas`). Every
+  group holds all the weights but the experts; the experts are spread over every device (expert
+  parallel). `attention_data_parallel=1` is tensor parallel over all the devices
+  (`--tensor-parallel-size`); more groups is vLLM's `--data-parallel-size` with
+  `--enable-expert-parallel`, or tpu-inference's `enable_dp_attention`. The communication between
+  devices is left out, so the times are lower bounds, as every roofline here. Memory keeps
+  `HBM_HEADROOM` (10 %) free, as `tpuready.calc.plan` does.
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ __all__ = [
     "decode_step",
     "experts_touched",
     "kv_bytes_per_token",
+    "kv_head_replicas",
     "max_concurrent_sequences",
     "tpu_head_dim",
     "weight_bytes_read",
@@ -94,13 +106,110 @@ def experts_touched(model: ModelConfig, tokens: int) -> float:
     return e * (1 - (1 - k / e) ** count)
 
 
+def _expert_params(model: ModelConfig) -> int:
+    """The experts' parameters, spread over every device (none for a dense model)."""
+    return (
+        model.num_layers * model.num_experts * model.params_per_expert
+        if model.num_experts > 1
+        else 0
+    )
+
+
+def _params_read(model: ModelConfig, tokens: int) -> float:
+    """Parameters a step of `tokens` tokens reads: all but the experts it leaves untouched and
+    the rows of an untied input embedding table that no token looks up."""
+    untouched = model.num_experts - experts_touched(model, tokens)
+    unread_rows = 0 if model.tied_embeddings else max(model.vocab_size - tokens, 0)
+    return (
+        model.total_params
+        - model.num_layers * untouched * model.params_per_expert
+        - unread_rows * model.hidden_size
+    )
+
+
 def weight_bytes_read(model: ModelConfig, batch: int, *, bytes_per_param: float = 2) -> float:
-    """Weight bytes one decode step reads: all but the experts the batch leaves untouched."""
+    """Weight bytes one decode step of `batch` tokens reads: all but the experts the batch
+    leaves untouched, with only the rows of the input embedding table its tokens look up."""
     size = number(
         "bytes_per_param", bytes_per_param, fix="2 for bf16, 1 for int8", error=InferenceError
     )
-    untouched = model.num_experts - experts_touched(model, batch)
-    return (model.total_params - model.num_layers * untouched * model.params_per_expert) * size
+    return _params_read(model, batch) * size
+
+
+def kv_head_replicas(num_kv_heads: int, tensor_parallel: int) -> int:
+    """Copies of each KV head over `tensor_parallel` devices: 1 when they divide the KV heads,
+    `tensor_parallel / num_kv_heads` when they are a multiple of them (vLLM's
+    `QKVParallelLinear`, tpu-inference's `get_padded_num_heads`); any other size is refused."""
+    heads = whole_number(
+        "num_kv_heads", num_kv_heads, fix="read num_key_value_heads from config.json",
+        error=InferenceError,
+    )  # fmt: skip
+    devices = whole_number(
+        "tensor_parallel", tensor_parallel, fix="the devices one attention group splits over",
+        error=InferenceError,
+    )  # fmt: skip
+    if heads % devices == 0:
+        return 1
+    if devices % heads == 0:
+        return devices // heads
+    raise InferenceError(
+        f"tensor_parallel={devices} neither divides nor is a multiple of num_kv_heads={heads}: "
+        "vLLM and tpu-inference refuse it; use a divisor or a multiple of the KV heads"
+    )
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How a replica's devices split the model: attention groups, KV copies, per-device figures."""
+
+    devices: int
+    groups: int
+    tensor_parallel: int
+    kv_replicas: int
+    hbm_bytes: float
+    bytes_per_second: float
+    flops_per_second: float
+    group_params: float
+    """Parameters every attention group holds whole (all but the experts; KV copies included)."""
+    expert_params: float
+
+
+def _layout(
+    model: ModelConfig, chip: Chip, chips: object, attention_data_parallel: object
+) -> _Layout:
+    count = whole_number("chips", chips, fix="the chips serving one replica", error=InferenceError)
+    groups = whole_number(
+        "attention_data_parallel", attention_data_parallel,
+        fix="1 for tensor parallel attention, or the attention data-parallel groups",
+        error=InferenceError,
+    )  # fmt: skip
+    devices = count * chip.devices_per_chip
+    if devices % groups:
+        raise InferenceError(
+            f"attention_data_parallel={groups} does not divide the {devices} devices of {count} "
+            f"{chip.name} chips ({chip.devices_per_chip} a chip): pick a divisor of {devices}"
+        )
+    tensor = devices // groups
+    if model.num_heads % tensor:
+        raise InferenceError(
+            f"{model.name}: its {model.num_heads} attention heads do not split over "
+            f"tensor_parallel={tensor} devices (chips={count}, attention_data_parallel="
+            f"{groups}): vLLM refuses it; raise attention_data_parallel or change chips"
+        )
+    replicas = kv_head_replicas(model.num_kv_heads, tensor)
+    kv_projections = model.num_layers * 2 * model.hidden_size * model.kv_dim
+    experts = _expert_params(model)
+    return _Layout(
+        devices=devices,
+        groups=groups,
+        tensor_parallel=tensor,
+        kv_replicas=replicas,
+        hbm_bytes=chip.hbm_bytes / chip.devices_per_chip,
+        bytes_per_second=chip.hbm_bytes_per_second / chip.devices_per_chip,
+        flops_per_second=chip.peak_bf16_flops_per_second / chip.devices_per_chip,
+        group_params=model.total_params - experts + (replicas - 1) * kv_projections,
+        expert_params=experts,
+    )
 
 
 def max_concurrent_sequences(
@@ -109,28 +218,36 @@ def max_concurrent_sequences(
     context_len: int,
     *,
     chips: int = 1,
+    attention_data_parallel: int = 1,
     bytes_per_param: float = 2,
     kv_bytes_per_value: float = 2,
     tpu_layout: bool = True,
     hbm_headroom: float = HBM_HEADROOM,
 ) -> int:
     """Sequences of `context_len` tokens whose KV cache fits on `chips` chips beside the
-    weights (0 when the weights alone do not fit)."""
+    weights, with attention split as `attention_data_parallel` says (0 when the weights alone
+    do not fit)."""
     chip = as_chip(chip, error=InferenceError)
     length = whole_number(
         "context_len", context_len, fix="tokens per sequence", error=InferenceError
     )
-    count = whole_number("chips", chips, fix="the chips serving one replica", error=InferenceError)
+    layout = _layout(model, chip, chips, attention_data_parallel)
     headroom = checked_hbm_headroom(hbm_headroom, error=InferenceError)
     size = number(
         "bytes_per_param", bytes_per_param, fix="2 for bf16, 1 for int8", error=InferenceError
     )
-    usable = count * chip.hbm_bytes * (1 - headroom)
-    free = usable - model.total_params * size
-    per_sequence = length * kv_bytes_per_token(
-        model, bytes_per_value=kv_bytes_per_value, tpu_layout=tpu_layout
+    params_per_device = (
+        layout.group_params / layout.tensor_parallel + layout.expert_params / layout.devices
     )
-    return max(0, math.floor(free / per_sequence))
+    free_per_group = layout.tensor_parallel * (
+        layout.hbm_bytes * (1 - headroom) - params_per_device * size
+    )
+    per_sequence = (
+        length
+        * layout.kv_replicas
+        * kv_bytes_per_token(model, bytes_per_value=kv_bytes_per_value, tpu_layout=tpu_layout)
+    )
+    return layout.groups * max(0, math.floor(free_per_group / per_sequence))
 
 
 @dataclass(frozen=True)
@@ -165,28 +282,49 @@ def decode_step(
     context_len: int,
     *,
     chips: int = 1,
+    attention_data_parallel: int = 1,
     bytes_per_param: float = 2,
     kv_bytes_per_value: float = 2,
     tpu_layout: bool = True,
 ) -> DecodeStep:
     """The roofline of one decode step for `batch` sequences of `context_len` tokens on `chips`
-    chips, at their peak bf16 FLOP/s and HBM bandwidth."""
+    chips, attention split as `attention_data_parallel` says, at the busiest device's share of
+    the bytes and FLOPs and its peak bf16 FLOP/s and HBM bandwidth."""
     chip = as_chip(chip, error=InferenceError)
     size = whole_number("batch", batch, fix="sequences decoded together", error=InferenceError)
     length = whole_number(
         "context_len", context_len, fix="tokens per sequence", error=InferenceError
     )
-    count = whole_number("chips", chips, fix="the chips serving one replica", error=InferenceError)
-    bandwidth = count * chip.hbm_bytes_per_second
-    kv = (
-        size
-        * length
-        * kv_bytes_per_token(model, bytes_per_value=kv_bytes_per_value, tpu_layout=tpu_layout)
+    layout = _layout(model, chip, chips, attention_data_parallel)
+    param_bytes = number(
+        "bytes_per_param", bytes_per_param, fix="2 for bf16, 1 for int8", error=InferenceError
     )
-    flops = 2 * size * model.active_matmul_params
+    group_batch = -(-size // layout.groups)  # the busiest attention group's sequences
+    kv = (
+        group_batch
+        * length
+        * layout.kv_replicas
+        * kv_bytes_per_token(model, bytes_per_value=kv_bytes_per_value, tpu_layout=tpu_layout)
+        / layout.tensor_parallel
+    )
+    moe = model.num_experts > 1
+    unread_rows = 0 if model.tied_embeddings else max(model.vocab_size - group_batch, 0)
+    experts_read = (
+        model.num_layers * experts_touched(model, size) * model.params_per_expert if moe else 0
+    )
+    params_read = (layout.group_params - unread_rows * model.hidden_size) / layout.tensor_parallel
+    params_read += experts_read / layout.devices
+    expert_matmul = model.num_layers * model.experts_per_token * model.params_per_expert
+    group_matmul = (
+        model.active_matmul_params
+        - (expert_matmul if moe else 0)
+        + (layout.kv_replicas - 1) * model.num_layers * 2 * model.hidden_size * model.kv_dim
+    )
+    flops = 2 * group_batch * group_matmul / layout.tensor_parallel
+    flops += 2 * size * (expert_matmul if moe else 0) / layout.devices
     return DecodeStep(
         batch=size,
-        kv_seconds=kv / bandwidth,
-        weight_seconds=weight_bytes_read(model, size, bytes_per_param=bytes_per_param) / bandwidth,
-        compute_seconds=flops / (count * chip.peak_bf16_flops_per_second),
+        kv_seconds=kv / layout.bytes_per_second,
+        weight_seconds=params_read * param_bytes / layout.bytes_per_second,
+        compute_seconds=flops / layout.flops_per_second,
     )

@@ -18,17 +18,23 @@ padding a request stream will pay without a TPU:
   `ATTN_BUCKETIZED_NUM_REQS=1` uses the request buckets, `ATTN_CUSTOM_NUM_REQS_BUCKETS=a,b` a list
   of its own (with `max_num_seqs` added).
 - Precompilation (`runner/compilation_manager.py`): one model graph per token bucket and
-  attention request bucket, one logits graph per request bucket and four sampling graphs per
-  request bucket (with and without sampling, with and without log-probabilities). Prefill and
-  decode share the model graphs: the ragged paged attention kernel splits a mixed batch at run
-  time. Smaller helper graphs (gathers, structured decoding) are not counted here.
+  attention request bucket, one logits graph per request bucket, four sampling graphs per
+  request bucket (with and without sampling, with and without log-probabilities), and one
+  `select_from_array` graph (the gather of each request's last hidden state before the logits)
+  per token bucket and request bucket no larger than it. Prefill and decode share the model
+  graphs: the ragged paged attention kernel splits a mixed batch at run time. The other helpers
+  (log-probability gathers, structured decoding, async scheduling's token substitution,
+  speculative decoding), whose number depends on the release and the features on, are not
+  counted here, so the count is a lower bound.
 
 - The steps a stream of requests makes (`schedule`): vLLM's V1 scheduler (`vllm/v1/core/sched/
   scheduler.py`, 0.32.0) first gives each running request its next tokens (one while decoding,
   the rest of its prompt while prefilling), then admits waiting requests first come, first
   served, while token budget is left and fewer than `max_num_seqs` run; a prompt longer than
   what is left is split across steps (chunked prefill). The last prompt chunk's step samples the
-  first output token, and each later step one more.
+  first output token, and each later step one more. Each step's KV cache holds every running
+  request's computed prompt tokens and the outputs fed back so far (`step_kv_tokens`).
+- A modelled stream (`lognormal_stream`): Poisson arrivals, log-normal prompt and output lengths.
 
 The model is for one data-parallel rank (`dp_size` 1). Read from the wheels, not run on a TPU:
 a later release may change any of it. The schedule leaves out prefix caching, speculative
@@ -44,16 +50,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpuready.validate import InputError, whole_number
+from tpuready.validate import InputError, number, whole_number
 
 __all__ = [
     "MIN_NUM_SEQS",
     "MIN_TOKEN_BUCKET",
+    "OUTPUT_RANGE",
+    "OUTPUT_SIGMA",
+    "PROMPT_RANGE",
+    "PROMPT_SIGMA",
     "EngineBuckets",
     "Request",
     "Schedule",
     "ServingBucketError",
     "attention_request_buckets",
+    "lognormal_stream",
     "request_buckets",
     "schedule",
     "token_buckets",
@@ -265,12 +276,16 @@ class EngineBuckets:
 
     def compiled_graphs(self) -> dict[str, int]:
         """How many graphs precompilation builds, by kind: the model (one per token and
-        attention request bucket), the logits (one per request bucket) and sampling (four per
-        request bucket)."""
+        attention request bucket), the logits (one per request bucket), sampling (four per
+        request bucket) and the last-token gather (one per token bucket and request bucket no
+        larger than it). Other helpers are not counted: a lower bound."""
         return {
             "model": len(self.tokens) * len(self.attention_requests),
             "logits": len(self.requests),
             "sampling": SAMPLING_GRAPHS_PER_REQUEST_BUCKET * len(self.requests),
+            "select": sum(
+                requests <= tokens for tokens in self.tokens for requests in self.requests
+            ),
         }
 
     def padded_step(self, num_tokens: int, num_requests: int) -> tuple[int, int]:
@@ -317,6 +332,9 @@ class Schedule:
     """For each request, the clock step whose step sampled its first output token."""
     finish_step: np.ndarray
     """For each request, the clock step whose step sampled its last output token."""
+    step_kv_tokens: np.ndarray
+    """Tokens in the KV cache during each step that ran: every running request's computed prompt
+    tokens and the outputs fed back so far (each sampled token but the last is fed back)."""
 
 
 def _checked_request(index: int, request: Request) -> tuple[int, int, int]:
@@ -376,6 +394,7 @@ def schedule(
     step_tokens: list[int] = []
     step_requests: list[int] = []
     step_index: list[int] = []
+    step_kv: list[int] = []
     next_arrival = 0
     clock = 0
     while next_arrival < count or waiting or running:
@@ -414,6 +433,8 @@ def schedule(
             produced[index] += 1
             if produced[index] == outputs:
                 finish[index] = clock
+        if scheduled:
+            step_kv.append(sum(computed[index] + max(produced[index] - 1, 0) for index in running))
         running = [index for index in running if finish[index] < 0]
         clock += 1
     return Schedule(
@@ -422,4 +443,48 @@ def schedule(
         step_index=np.asarray(step_index, dtype=np.int64),
         first_token_step=first_token,
         finish_step=finish,
+        step_kv_tokens=np.asarray(step_kv, dtype=np.int64),
     )
+
+
+PROMPT_SIGMA, OUTPUT_SIGMA = 1.0, 0.8
+"""The spread of `lognormal_stream`'s lengths: the standard deviations of their logarithms."""
+PROMPT_RANGE, OUTPUT_RANGE = (4, 4096), (1, 1024)
+"""The shortest and longest prompt and output `lognormal_stream` draws (longer ones are cut)."""
+
+
+def lognormal_stream(
+    num_requests: int, rate: float, prompt_median: int, output_median: int, *, seed: int = 0
+) -> list[Request]:
+    """A modelled stream, sorted by arrival: Poisson arrivals at `rate` requests per engine
+    step, prompt and output lengths log-normal around their medians (`PROMPT_SIGMA`,
+    `OUTPUT_SIGMA`), cut to `PROMPT_RANGE` and `OUTPUT_RANGE`. Taught in
+    `notebooks/16_shapes_a_tpu_server_compiles.ipynb`; a server's logged lengths replace it."""
+    count = whole_number(
+        "num_requests", num_requests, fix="how many requests to draw", error=ServingBucketError
+    )
+    per_step = number(
+        "rate", rate, fix="requests per engine step, such as 0.4", error=ServingBucketError
+    )
+    prompt = whole_number(
+        "prompt_median", prompt_median, fix="tokens, such as 256", error=ServingBucketError
+    )
+    output = whole_number(
+        "output_median", output_median, fix="tokens, such as 128", error=ServingBucketError
+    )
+    seeded = whole_number(
+        "seed", seed, fix="a seed for numpy's default_rng", minimum=0, error=ServingBucketError
+    )
+    rng = np.random.default_rng(seeded)
+    arrivals = np.floor(np.cumsum(rng.exponential(1 / per_step, count)))
+    prompts = np.ceil(rng.lognormal(np.log(prompt), PROMPT_SIGMA, count))
+    outputs = np.ceil(rng.lognormal(np.log(output), OUTPUT_SIGMA, count))
+    return [
+        Request(int(a), int(p), int(o))
+        for a, p, o in zip(
+            arrivals,
+            np.clip(prompts, *PROMPT_RANGE),
+            np.clip(outputs, *OUTPUT_RANGE),
+            strict=True,
+        )
+    ]
