@@ -3,9 +3,10 @@
 Taught in `notebooks/12_padding_and_bucketing.ipynb` ("Pad and bucket sequences for static
 shapes"). transformers' `DataCollatorWithFlattening` concatenates a whole batch into one row of
 `sum(lengths)` tokens with no padding, so its width changes with every batch: under
-`dynamic=False` (TorchTPU's default) each new width is a new graph. `pack_documents` keeps the
-restarting position ids and the boundary labels but fills `num_rows` rows of `row_len` tokens,
-first fit, document by document, and pads what is left of each row:
+`dynamic=False` (TorchTPU's default) each new width is a new graph, until Dynamo's recompile
+limit sends the rest to eager. `pack_documents` keeps the restarting position ids and the
+boundary labels but fills `num_rows` rows of `row_len` tokens, first fit, document by document,
+and pads what is left of each row:
 
 - `position_ids` count 0, 1, ... from each document's first token, and again over the padding
   at the end of a row, so transformers 5.24 (which looks for restarting position ids when it is
