@@ -18,6 +18,7 @@ from tpuready.calc.alignment import (
     COMMON_DIMENSIONS,
     LANES,
     RULES_OF_THUMB,
+    STREAMED_ROWS,
     SUBLANES,
     AlignmentError,
     layout_padded_shape,
@@ -27,7 +28,7 @@ from tpuready.calc.alignment import (
     padded_dims,
     recommend_padding,
     round_up,
-    rows_per_tile,
+    rows_per_register,
     streamed_utilization,
     tile_utilization,
 )
@@ -75,60 +76,60 @@ def test_tile_utilization_by_hand(dim: int, tile: int, expected: float) -> None:
     assert tile_utilization(dim, tile) == pytest.approx(expected, rel=1e-15)
 
 
-def test_matmul_utilization_streams_m_in_row_tiles_and_tiles_k_and_n() -> None:
+def test_matmul_utilization_streams_m_in_pushes_of_8_and_tiles_k_and_n() -> None:
     # Attention scores with head dim 64 on a 256 tile: 4096 x 64 x 4096 -> 1 * 1/4 * 1.
     assert matmul_tile_utilization(4096, 64, 4096, 256) == 0.25
-    # 257 on every side of a 256 tile: 257 bf16 rows stream as 272, k and n take two tiles.
+    # 257 on every side of a 256 tile: 257 rows stream as 264, k and n take two tiles.
     assert matmul_tile_utilization(257, 257, 257, 256) == pytest.approx(
-        (257 / 272) * (257 / 512) ** 2
+        (257 / 264) * (257 / 512) ** 2
     )
-    # Decoding 100 tokens: 112 bf16 rows (104 in float32), whatever the tile.
-    assert matmul_tile_utilization(100, 256, 512, 128) == pytest.approx(100 / 112)
-    assert matmul_tile_utilization(100, 256, 512, 256) == pytest.approx(100 / 112)
-    assert matmul_tile_utilization(100, 256, 512, 256, itemsize=4) == pytest.approx(100 / 104)
+    assert f"{matmul_tile_utilization(257, 257, 257, 256):.1%}" == "24.5%"
+    # Decoding 100 tokens: 104 rows, whatever the tile.
+    assert matmul_tile_utilization(100, 256, 512, 128) == pytest.approx(100 / 104)
+    assert matmul_tile_utilization(100, 256, 512, 256) == pytest.approx(100 / 104)
+
+
+def test_the_mxu_streams_8_rows_a_push() -> None:
+    # The Scaling Book: one bf16[8, 128] @ bf16[128, 128] product every 8 cycles.
+    assert STREAMED_ROWS == 8
+    assert streamed_utilization(8) == streamed_utilization(16) == streamed_utilization(4096) == 1.0
+    assert streamed_utilization(100) == 100 / 104
+    assert streamed_utilization(1000) == 1.0  # 1000 rows, a multiple of 8 (not 1008)
+    assert streamed_utilization(1) == 1 / 8
+    assert streamed_utilization(12) == 12 / 16
 
 
 @pytest.mark.parametrize(
     ("itemsize", "rows"),
     [(4, 8), (2, 16), (1, 32)],  # float32, bf16, int8
 )
-def test_a_tile_holds_8_sublanes_of_32_bit_words(itemsize: int, rows: int) -> None:
-    # XLA's TPU layouts (8,128), (8,128)(2,1) and (8,128)(4,1): 32 bits per sublane, packed.
+def test_a_register_packs_rows_into_32_bit_words(itemsize: int, rows: int) -> None:
+    # A layout fact: 8 sublanes x 128 lanes of 32-bit words, bf16 and int8 packed two or four
+    # rows to a word (XLA's (8,128)(2,1) and (8,128)(4,1)). The MXU's push stays 8 rows.
     assert (SUBLANES, LANES) == (8, 128)
-    assert rows_per_tile(itemsize) == rows
+    assert rows_per_register(itemsize) == rows
     assert rows * itemsize == SUBLANES * 4
 
 
-def test_the_default_row_tile_is_bf16s() -> None:
-    assert rows_per_tile() == 16
-    assert streamed_utilization(16) == streamed_utilization(4096) == 1.0
-    assert streamed_utilization(8) == 0.5  # a float32 tile of rows is half a bf16 one
-    assert streamed_utilization(8, itemsize=4) == 1.0
-    assert streamed_utilization(100) == 100 / 112
-    assert streamed_utilization(100, itemsize=4) == 100 / 104
-    assert streamed_utilization(1) == 1 / 16
-
-
 @pytest.mark.parametrize("itemsize", [8, 3, 16])
-def test_no_row_tile_for_64_bit_or_odd_sizes(itemsize: int) -> None:
+def test_no_packing_for_64_bit_or_odd_sizes(itemsize: int) -> None:
     with pytest.raises(AlignmentError, match=f"itemsize.*{itemsize}"):
-        rows_per_tile(itemsize)
-    with pytest.raises(AlignmentError, match="itemsize"):
-        streamed_utilization(100, itemsize)
+        rows_per_register(itemsize)
 
 
 def test_64_bit_values_are_refused_with_the_advice() -> None:
     with pytest.raises(AlignmentError, match=r"float64, int64.*32-bit words"):
-        layout_padded_shape(100, 64, itemsize=8)
+        rows_per_register(8)
 
 
-def test_layout_pads_rows_to_the_row_tile_and_columns_to_128_lanes() -> None:
-    assert layout_padded_shape(100, 64) == (112, 128)  # bf16
-    assert layout_padded_shape(100, 64, itemsize=4) == (104, 128)
-    assert layout_padded_shape(100, 64, itemsize=1) == (128, 128)
-    assert layout_utilization(16, 128) == 1.0
-    assert layout_utilization(8, 128) == 0.5
-    assert layout_utilization(100, 64, 4) == pytest.approx(100 * 64 / (104 * 128))
+def test_layout_pads_rows_to_8_and_columns_to_128_lanes_for_every_dtype() -> None:
+    # XLA's TPU tiles are 8 x 128 elements for float32, bf16 (8,128)(2,1) and int8 (8,128)(4,1).
+    assert layout_padded_shape(100, 64) == (104, 128)
+    assert layout_padded_shape(1000, 64) == (1000, 128)
+    assert layout_padded_shape(1000, 128) == (1000, 128)
+    assert layout_utilization(8, 128) == 1.0
+    assert layout_utilization(1000, 64) == 0.5
+    assert layout_utilization(100, 64) == pytest.approx(100 * 64 / (104 * 128))
 
 
 def test_recommend_padding_for_qwen3_vocabulary_on_v7() -> None:
@@ -194,11 +195,11 @@ def test_matmul_utilization_is_at_most_each_factor(m: int, k: int, n: int, tile:
     factors = (streamed_utilization(m), tile_utilization(k, tile), tile_utilization(n, tile))
     assert 0 < whole <= min(factors)
     assert whole == pytest.approx(math.prod(factors))
-    # Streaming in row tiles never wastes more than padding m to a whole MXU tile (a multiple
-    # of the row tile), and float32's smaller row tile never wastes more than bf16's.
-    if tile % rows_per_tile() == 0:
+    # Streaming in pushes of 8 is padding m to a multiple of 8, and never wastes more than
+    # padding m to a whole MXU tile (a multiple of 8).
+    assert streamed_utilization(m) == tile_utilization(m, STREAMED_ROWS)
+    if tile % STREAMED_ROWS == 0:
         assert streamed_utilization(m) >= tile_utilization(m, tile)
-    assert streamed_utilization(m, 4) >= streamed_utilization(m, 2) >= streamed_utilization(m, 1)
 
 
 @given(sizes, tiles)
@@ -308,8 +309,8 @@ def test_cheat_sheet_shows_each_common_dimension_with_its_utilisation() -> None:
         "pad in the weights to 152,064 |"
     ) in page
     decode = next(line for line in page.splitlines() if "| decoding 100 sequences" in line)
-    assert "| 89.29\N{NO-BREAK SPACE}% | 89.29\N{NO-BREAK SPACE}% |" in decode  # 100 / 112
-    assert "streams as 112 rows" in decode
+    assert "| 96.15\N{NO-BREAK SPACE}% | 96.15\N{NO-BREAK SPACE}% |" in decode  # 100 / 104
+    assert "streams as 104 rows" in decode
     assert "memory-bound on every TPU" in decode
     # No head-dim row advises padding a head dim: 128 to 256 would only add zeros.
     for line in page.splitlines():
@@ -336,13 +337,16 @@ def test_every_rule_of_thumb_has_an_https_source_on_the_page() -> None:
         assert topic in page, topic
 
 
-def test_the_page_states_the_rows_of_a_tile_one_way() -> None:
-    # One fact, from rows_per_tile: 16 rows of bf16, 8 of float32; never "8 rows" of tokens.
+def test_the_page_states_the_streamed_rows_one_way() -> None:
+    # One fact, STREAMED_ROWS: the MXU takes 8 rows a push for every dtype. bf16's 16 rows in a
+    # register appear once, labelled as a layout fact that leaves the 8 alone.
     page = cheat_sheet_markdown()
-    assert "16 rows of bf16" in page and "8 rows of float32" in page
-    assert "a multiple of 16 fills the bf16 rows (8 in float32)" in page
-    assert "8 rows at a time" not in page and "groups of 8" not in page
-    assert "u_8" not in page
+    assert "streams the activations through it 8 rows at a time, whatever their dtype" in page
+    assert "a multiple of 8 fills the streamed rows" in page
+    assert page.count("16 rows of bf16") == 1
+    assert "A layout fact that does not change the MXU's 8 rows per push" in page
+    for stale in ("row tile", "bf16 rows", "multiple of 16", "112 rows", "u_r", "rows_per_tile"):
+        assert stale not in page, stale
 
 
 def test_cheat_sheet_links_to_pages_that_exist() -> None:

@@ -4,30 +4,33 @@ Cheat Sheet.
 Taught in `notebooks/13_hardware_friendly_dimensions.ipynb`. The MXU is a square systolic array
 (`Chip.matrix_unit_shape` in `tpuready.calc.hardware`: 128x128 up to v5, 256x256 on v6e and v7).
 For a matmul (m, k) @ (k, n) it holds a tile of the weight (k rows, n columns) and streams the
-m rows of activations through it, one row per cycle: the Scaling Book ("How to Think About
-TPUs") describes one bf16[8, 128] @ bf16[128, 128] -> f32[8, 128] product every 8 cycles.
-
-The rows come from vector registers, and an array lies in memory, in tiles of 8 sublanes x 128
-lanes of 32-bit words. A 32-bit word holds one float32 value, two bf16 values of two rows (XLA's
-TPU layout (8,128)(2,1)) or four 8-bit values, so a tile holds 8 rows of float32, 16 of bf16 and
-32 of int8 (`rows_per_tile`, the one place this book states the rows of a tile).
+m rows of activations through it, `STREAMED_ROWS` (8) rows at a time, whatever the dtype: the
+Scaling Book ("How to Think About TPUs") describes one bf16[8, 128] @ bf16[128, 128] -> f32[8,
+128] product every 8 cycles.
 
 The utilisation model, then:
 
 - a weight dimension (k or n) is padded to whole tiles: `dim / (ceil(dim / tile) * tile)`
   (`tile_utilization`);
-- the streamed dimension (m, the tokens) is padded to whole row tiles of its dtype
-  (`streamed_utilization`): 100 bf16 tokens stream as 112 rows, 89 % useful;
+- the streamed dimension (m, the tokens) is padded to whole pushes of 8 rows
+  (`streamed_utilization`): 100 tokens stream as 104 rows, 96 % useful;
 - a matmul multiplies the three (`matmul_tile_utilization`).
 
 That is a model of the tile work, not a measured MXU utilisation: which operand the compiler
 (XLA) holds in the array is its choice, and a step with few tokens is limited by memory
-bandwidth long before the tiles matter (`tpuready.calc.roofline`; chapter 15). A dimension that
-is not a multiple of its tile takes the padded size in HBM too (`layout_padded_shape`): a
-[.., 100, 64] bf16 array occupies [.., 112, 128].
+bandwidth long before the tiles matter (`tpuready.calc.roofline`; chapter 15).
 
-64-bit types (float64, int64) have no tile here: a TPU computes in 32-bit words, and XLA
-rewrites 64-bit operations into several 32-bit ones (`rows_per_tile` refuses them and says so).
+An array lies in HBM in XLA's TPU tiles of 8 x 128 elements of its last two dimensions, for
+32-bit types (8,128), for bf16 (8,128)(2,1) and for int8 (8,128)(4,1), whose second tiling
+packs two or four rows' values into one 32-bit word (XLA's "Tiled layout"). A dimension that is
+not a multiple of its tile takes the padded size in HBM too (`layout_padded_shape`): a
+[.., 100, 64] array occupies [.., 104, 128].
+
+A layout fact that the model leaves alone: a vector register is 8 sublanes x 128 lanes of
+32-bit words, so with that packing it holds 16 rows of bf16 (`rows_per_register`). The MXU
+still takes 8 rows per push in this model. 64-bit types (float64, int64) have no packing: a
+TPU computes in 32-bit words, and XLA rewrites 64-bit operations into several 32-bit ones
+(`rows_per_register` refuses them and says so).
 
 `tpuready.pages.alignment` renders these figures as the cheat sheet page.
 """
@@ -44,6 +47,7 @@ __all__ = [
     "COMMON_DIMENSIONS",
     "LANES",
     "RULES_OF_THUMB",
+    "STREAMED_ROWS",
     "SUBLANES",
     "AlignmentError",
     "PaddingAdvice",
@@ -54,25 +58,29 @@ __all__ = [
     "padded_dims",
     "recommend_padding",
     "round_up",
-    "rows_per_tile",
+    "rows_per_register",
     "streamed_utilization",
     "tile_utilization",
 ]
 
 _SCALING_BOOK_TPUS = "https://jax-ml.github.io/scaling-book/tpus/"
 _PALLAS_TPU_DETAILS = "https://docs.jax.dev/en/latest/pallas/tpu/details.html"
-
 _XLA_TILED_LAYOUT = "https://github.com/openxla/xla/blob/main/docs/tiled_layout.md"
 
-SUBLANES, LANES = 8, 128
-"""A TPU vector register and memory tile: 8 sublanes x 128 lanes of 32-bit words (the Scaling
-Book, `_SCALING_BOOK_TPUS`; JAX's Pallas TPU guide, `_PALLAS_TPU_DETAILS`). An array's last
-dimension lies on the lanes and its second-to-last on the sublanes; `rows_per_tile` says how
-many rows of a dtype the 8 sublanes hold."""
+STREAMED_ROWS = 8
+"""Rows of activations the MXU takes per push, for every dtype in this model: one
+bf16[8, 128] @ bf16[128, 128] -> f32[8, 128] product every 8 cycles (the Scaling Book, "How to
+Think About TPUs", `_SCALING_BOOK_TPUS`). A token count that is a multiple of 8 fills them."""
 
-# Bytes per element -> values of one row packed into a 32-bit word (XLA's TPU tiled layout,
-# `_XLA_TILED_LAYOUT`: (8,128) for 32-bit types, (8,128)(2,1) for bf16, (8,128)(4,1) for int8).
-_ROWS_PER_WORD = {4: 1, 2: 2, 1: 4}
+SUBLANES, LANES = 8, 128
+"""A TPU vector register: 8 sublanes x 128 lanes of 32-bit words (the Scaling Book; JAX's Pallas
+TPU guide, `_PALLAS_TPU_DETAILS`). XLA lays an array out in HBM in tiles of 8 x 128 elements of
+its last two dimensions, the last on the lanes, for every dtype this book uses (XLA's "Tiled
+layout", `_XLA_TILED_LAYOUT`: (8,128), (8,128)(2,1) for bf16, (8,128)(4,1) for int8)."""
+
+# Bytes per value -> values packed into one 32-bit word, from rows next to each other (XLA's
+# "Tiled layout": the (2,1) and (4,1) second tilings of bf16 and int8).
+_VALUES_PER_WORD = {4: 1, 2: 2, 1: 4}
 
 
 class AlignmentError(InputError):
@@ -84,25 +92,25 @@ def _check_positive_int(name: str, value: object, fix: str) -> int:
     return whole_number(name, value, fix=fix, error=AlignmentError)
 
 
-def rows_per_tile(itemsize: int = 2) -> int:
-    """Rows of an array one TPU tile holds, by bytes per value (a torch dtype's `itemsize`): 8
-    for float32 and int32, 16 for bf16 (the default: the MXU's inputs), 32 for int8 and fp8.
-    8-byte values (float64, int64) raise."""
+def rows_per_register(itemsize: int) -> int:
+    """A layout fact, not the MXU's row count: rows of a dtype one vector register holds, its 8
+    sublanes of 32-bit words packed (8 float32, 16 bf16, 32 int8), by bytes per value (a torch
+    dtype's `itemsize`). The MXU still takes `STREAMED_ROWS` (8) per push. 8-byte values raise."""
     size = _check_positive_int(
         "itemsize", itemsize, "pass a dtype's itemsize: 2 for bf16, 4 for float32, 1 for int8"
     )
     if size == 8:
         raise AlignmentError(
-            "itemsize 8 (float64, int64) has no TPU tile: a TPU computes in 32-bit "
-            "words and XLA rewrites each 64-bit operation into several 32-bit ones; keep "
+            "itemsize 8 (float64, int64) does not pack into a TPU register: a TPU computes in "
+            "32-bit words and XLA rewrites each 64-bit operation into several 32-bit ones; keep "
             "float64 off the device and int64 to the index tensors PyTorch requires it for"
         )
-    if size not in _ROWS_PER_WORD:
+    if size not in _VALUES_PER_WORD:
         raise AlignmentError(
-            f"itemsize must be one of {sorted(_ROWS_PER_WORD)}, got {size}: "
+            f"itemsize must be one of {sorted(_VALUES_PER_WORD)}, got {size}: "
             "pass a dtype's itemsize: 2 for bf16, 4 for float32, 1 for int8"
         )
-    return SUBLANES * _ROWS_PER_WORD[size]
+    return SUBLANES * _VALUES_PER_WORD[size]
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -122,38 +130,39 @@ def tile_utilization(dim: int, tile: int) -> float:
     return dim / round_up(dim, tile)
 
 
-def streamed_utilization(rows: int, itemsize: int = 2) -> float:
-    """The useful share of `rows` activations streamed through the MXU in whole row tiles of
-    their dtype (`rows_per_tile`): 100 bf16 tokens stream as 112 rows, 100 float32 as 104."""
+def streamed_utilization(rows: int) -> float:
+    """The useful share of `rows` activations streamed through the MXU in pushes of
+    `STREAMED_ROWS` (8), whatever the dtype: rows / (ceil(rows / 8) * 8); 100 tokens stream as
+    104 rows."""
     _check_positive_int("rows", rows, "pass the tokens (rows) of a matmul, such as 100")
-    return rows / round_up(rows, rows_per_tile(itemsize))
+    return rows / round_up(rows, STREAMED_ROWS)
 
 
-def matmul_tile_utilization(m: int, k: int, n: int, tile: int, itemsize: int = 2) -> float:
+def matmul_tile_utilization(m: int, k: int, n: int, tile: int) -> float:
     """Model: the useful share of the MXU work of an (m, k) @ (k, n) matmul on a square tile.
 
     The weight (k, n) sits in the array in whole tiles and the m rows stream through it in
-    whole row tiles (16 in bf16): streamed_utilization(m) * tile_utilization(k) *
-    tile_utilization(n). Which operand XLA holds in the array is its choice; this model holds
-    the weight, as for a layer.
+    pushes of 8: streamed_utilization(m) * tile_utilization(k) * tile_utilization(n). Which
+    operand XLA holds in the array is its choice; this model holds the weight, as for a layer.
     """
     for name, value in (("m", m), ("k", k), ("n", n)):
         _check_positive_int(name, value, "pass a matmul dimension such as 4096")
-    return streamed_utilization(m, itemsize) * tile_utilization(k, tile) * tile_utilization(n, tile)
+    return streamed_utilization(m) * tile_utilization(k, tile) * tile_utilization(n, tile)
 
 
-def layout_padded_shape(rows: int, columns: int, itemsize: int = 2) -> tuple[int, int]:
-    """The last two dimensions of an array as a TPU lays them out: columns padded to the 128
-    lanes, rows to whole row tiles of the dtype (`rows_per_tile`: 16 in bf16, 8 in float32)."""
+def layout_padded_shape(rows: int, columns: int) -> tuple[int, int]:
+    """The last two dimensions of an array as XLA lays them out on a TPU: rows padded to the 8
+    rows and columns to the 128 lanes of its (8, 128) tiles, for float32, bf16 and int8 alike
+    (XLA tiles a second-to-last dimension of at most 4 by 2x128 or 4x128 instead)."""
     _check_positive_int("rows", rows, "pass the second-to-last dimension")
     _check_positive_int("columns", columns, "pass the last dimension")
-    return round_up(rows, rows_per_tile(itemsize)), round_up(columns, LANES)
+    return round_up(rows, SUBLANES), round_up(columns, LANES)
 
 
-def layout_utilization(rows: int, columns: int, itemsize: int = 2) -> float:
+def layout_utilization(rows: int, columns: int) -> float:
     """The share of its laid-out memory an array's last two dimensions use: a [.., 100, 64]
-    bf16 array occupies [.., 112, 128], 45 % useful."""
-    padded_rows, padded_columns = layout_padded_shape(rows, columns, itemsize)
+    array occupies [.., 104, 128], 48 % useful."""
+    padded_rows, padded_columns = layout_padded_shape(rows, columns)
     return rows * columns / (padded_rows * padded_columns)
 
 
@@ -265,39 +274,38 @@ _RESIZE_DOCS = (
     "#transformers.PreTrainedModel.resize_token_embeddings"
 )
 
-_BF16_ROWS, _FLOAT32_ROWS = rows_per_tile(2), rows_per_tile(4)
-
 # (rule, source title, source URL).
 RULES_OF_THUMB: tuple[tuple[str, str, str], ...] = (
     (
         "Make the weight dimensions you choose (hidden size, FFN width, heads x head dim) "
         "multiples of 128, the MXU tile up to v5; a multiple of 256 fills the 256x256 tile of "
         "v6e and v7 as well. TorchTPU's guide also says to pad token counts to multiples of "
-        "128. In a forward matmul the MXU streams the tokens in whole row tiles "
-        f"({_BF16_ROWS} rows in bf16), but training's backward pass computes each weight's "
+        "128. In a forward matmul the MXU streams the tokens "
+        f"{STREAMED_ROWS} rows at a time, but training's backward pass computes each weight's "
         "gradient as X^T dY, a matmul that contracts over the tokens, which then pad to whole "
         "tiles; a sequence length is also the last dimension of attention scores, on the 128 "
         "lanes, and the unit of bounded dynamism's buckets. So for training, make tokens per "
         "device a multiple of 128 (256 on v6e and v7); for inference a multiple of "
-        f"{_BF16_ROWS} fills the bf16 row tiles.",
+        f"{STREAMED_ROWS} fills the streamed rows.",
         "TorchTPU 0.2.0 documentation, shapes and alignment",
         _TORCHTPU_DOCS,
     ),
     (
-        "The MXU holds a weight tile and streams the activations through it a row per cycle, "
-        "one bf16[8, 128] @ bf16[128, 128] product every 8 cycles, from vector registers of "
-        f"{SUBLANES} sublanes x {LANES} lanes of 32-bit words.",
+        "The MXU holds a weight tile and streams the activations through it "
+        f"{STREAMED_ROWS} rows at a time, whatever their dtype: one bf16[8, 128] @ "
+        "bf16[128, 128] product every 8 cycles.",
         "How to Scale Your Model (the Scaling Book), 'How to Think About TPUs'",
         _SCALING_BOOK_TPUS,
     ),
     (
-        "An array is laid out in HBM in the registers' tiles: its last dimension on the "
-        f"{LANES} lanes, its second-to-last on the {SUBLANES} sublanes, which hold "
-        f"{_FLOAT32_ROWS} rows of float32 or {_BF16_ROWS} rows of bf16 (two rows packed in "
-        f"each 32-bit word, the (8,128)(2,1) tiling). So a token count that is a multiple of "
-        f"{_BF16_ROWS} fills the bf16 rows ({_FLOAT32_ROWS} in float32), and a last "
-        f"dimension of 64 takes the memory of {LANES}.",
-        "XLA documentation, 'Tiled layout' (TPU 16 bit tile format)",
+        "An array is laid out in HBM in tiles of "
+        f"{SUBLANES} x {LANES} elements of its last two dimensions, its last dimension on the "
+        f"{LANES} lanes, for float32, bf16 and int8 alike; bf16's tiling (8,128)(2,1) packs "
+        "the values of two rows into each 32-bit word. So a last dimension of 64 takes the "
+        f"memory of {LANES}. A layout fact that does not change the MXU's {STREAMED_ROWS} "
+        f"rows per push: a vector register, {SUBLANES} sublanes of packed 32-bit words, holds "
+        f"{rows_per_register(2)} rows of bf16.",
+        "XLA documentation, 'Tiled layout' (TPU tile format, TPU 16 bit tile format)",
         _XLA_TILED_LAYOUT,
     ),
     (
@@ -333,12 +341,14 @@ RULES_OF_THUMB: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "Keep int64 to the index tensors PyTorch requires it for. PyTorch makes token ids, "
-        "`arange`, `argmax` and `randint` int64, and `cross_entropy`'s targets and `one_hot` "
-        "take nothing else; on a TPU, 64-bit integer arithmetic is rewritten into 32-bit "
-        "operations and is expensive. Index tensors are small beside the activations: leave "
-        "them. Store the large integer tensors you build and compute on (token datasets, "
-        "position or slot tables) as int32 when every value fits below 2**31, and keep int64 "
-        "for counts that may pass it.",
+        "`arange`, `argmax` and `randint` int64, and on CPU and CUDA `cross_entropy` takes "
+        "class indices only as int64 (or uint8; it also takes float probabilities) and "
+        "`one_hot` only as int64 (TorchTPU may lower them differently: try int32 on the "
+        "device). On a TPU, 64-bit integer arithmetic is rewritten into 32-bit operations and "
+        "is expensive. Index tensors are small beside the activations: leave them. Store the "
+        "large integer tensors you build and compute on (token datasets, position or slot "
+        "tables) as int32 when every value fits below 2**31, and keep int64 for counts that "
+        "may pass it.",
         "PyTorch/XLA troubleshooting guide, `XLA_USE_32BIT_LONG`: 'On the versions of the TPU "
         "HW at the time of writing, 64bit integer computations are expensive'",
         _TORCH_XLA_TROUBLESHOOTING,

@@ -11,11 +11,10 @@ from tpuready.calc.alignment import (
     COMMON_DIMENSIONS,
     LANES,
     RULES_OF_THUMB,
-    SUBLANES,
+    STREAMED_ROWS,
     matmul_tile_utilization,
     recommend_padding,
     round_up,
-    rows_per_tile,
     streamed_utilization,
     tile_utilization,
 )
@@ -27,7 +26,6 @@ __all__ = ["CHEAT_SHEET_COMMAND", "cheat_sheet_markdown"]
 CHEAT_SHEET_COMMAND = "python -m tpuready.pages.alignment > book/hardware-alignment-cheat-sheet.md"
 
 _TILES = (128, 256)
-_BF16_ROWS, _FLOAT32_ROWS = rows_per_tile(2), rows_per_tile(4)
 
 
 def _tile_table() -> str:
@@ -61,9 +59,9 @@ def _advice(kind: str, size: int) -> str:
     padded = round_up(size, 256)
     if kind in _STREAMED_KINDS:
         rows = (
-            f"streams as {round_up(size, _BF16_ROWS):,} rows"
-            if size % _BF16_ROWS
-            else "fills the bf16 row tiles"
+            f"streams as {round_up(size, STREAMED_ROWS):,} rows"
+            if size % STREAMED_ROWS
+            else "fills the streamed rows"
         )
         fewest = [
             Roofline.from_chip(chip).min_tokens_for_compute_bound(8_192, 8_192)
@@ -95,7 +93,7 @@ def _dimension_table() -> str:
     rows = []
     for kind, size, example in COMMON_DIMENSIONS:
         if kind in _STREAMED_KINDS:
-            held = f"streamed, {_BF16_ROWS} bf16 rows"
+            held = f"streamed, {STREAMED_ROWS} rows a push"
             cells = [_percent(streamed_utilization(size))] * len(_TILES)
         elif kind == "head dim":
             held = "k of the scores, whole tiles"
@@ -117,7 +115,7 @@ _TOKEN_WEIGHTS: tuple[tuple[str, int, int], ...] = (
 
 
 def _token_table() -> str:
-    """Per TPU: the ridge point and the fewest bf16 rows per matmul that reach it."""
+    """Per TPU: the ridge point and the fewest tokens (rows) per bf16 matmul that reach it."""
     rows = []
     for chip in hardware.all_chips():
         if chip.matrix_unit_shape is None:
@@ -157,10 +155,9 @@ def cheat_sheet_markdown() -> str:
         "",
         "A TPU's matrix unit (MXU) is a square systolic array: "
         f"{tile_summary}. It holds a tile of a weight and streams the activations through it "
-        f"from vector registers of {SUBLANES} sublanes of 32-bit words, which hold "
-        f"{_BF16_ROWS} rows of bf16 ({_FLOAT32_ROWS} of float32). A weight dimension that is "
-        "not a whole number of tiles is padded, and a bf16 token count that is not a multiple "
-        f"of {_BF16_ROWS} streams padded rows; the padding is computed for nothing. This page "
+        f"{STREAMED_ROWS} rows at a time, whatever their dtype. A weight dimension that is not "
+        "a whole number of tiles is padded, and a token count that is not a multiple of "
+        f"{STREAMED_ROWS} streams padded rows; the padding is computed for nothing. This page "
         "gives each chip's tile, the share of the work that common model dimensions make "
         "useful, how many tokens per device a matmul needs to be compute-bound at all, and the "
         "rules of thumb with their sources. "
@@ -178,16 +175,18 @@ def cheat_sheet_markdown() -> str:
         "## The utilisation model",
         "",
         "A weight dimension $d$ (the $k$ or $n$ of a matmul $(m, k) \\times (k, n)$) padded "
-        "to whole tiles of side $T$, and the $m$ streamed rows padded to whole row tiles of "
-        f"$r$ rows ($r = {_BF16_ROWS}$ in bf16, {_FLOAT32_ROWS} in float32):",
+        "to whole tiles of side $T$, and the $m$ streamed rows padded to whole pushes of "
+        f"{STREAMED_ROWS} rows:",
         "",
         "$$u(d, T) = \\frac{d}{\\lceil d / T \\rceil \\, T}, \\qquad "
-        "u_r(m) = \\frac{m}{\\lceil m / r \\rceil \\, r}$$",
+        f"u_{STREAMED_ROWS}(m) = \\frac{{m}}{{\\lceil m / {STREAMED_ROWS} \\rceil \\, "
+        f"{STREAMED_ROWS}}}$$",
         "",
-        "and for the matmul, with the weight held in the array, $u_r(m)\\,u(k, T)\\,u(n, T)$. "
+        "and for the matmul, with the weight held in the array, "
+        f"$u_{STREAMED_ROWS}(m)\\,u(k, T)\\,u(n, T)$. "
         "This is a model, not a measurement: which operand the compiler (XLA) holds in the "
-        "array is its choice. Decoding 100 sequences in bf16 streams "
-        f"{round_up(100, _BF16_ROWS)} rows, {decode:.0%} useful, and is still slow: it is "
+        "array is its choice. Decoding 100 sequences streams "
+        f"{round_up(100, STREAMED_ROWS)} rows, {decode:.0%} useful, and is still slow: it is "
         "memory-bound (next section). Attention scores with a head dim of 64 contract over 64 "
         "of a 256 array's rows: "
         f"`matmul_tile_utilization(4096, 64, 4096, 256)` = {head_64:.0%} in the model.",
@@ -200,10 +199,7 @@ def cheat_sheet_markdown() -> str:
         ")",
         "",
         f"tile_utilization(50_257, 256)  # {tile_utilization(50_257, 256):.4f}",
-        f"streamed_utilization(100)  # {decode:.4f}: bf16, {round_up(100, _BF16_ROWS)} rows",
-        "streamed_utilization(100, itemsize=4)  # "
-        f"{streamed_utilization(100, itemsize=4):.4f}: float32, "
-        f"{round_up(100, _FLOAT32_ROWS)} rows",
+        f"streamed_utilization(100)  # {decode:.4f}: {round_up(100, STREAMED_ROWS)} rows",
         "print(recommend_padding(151_936, 256))",
         f"# {qwen_advice}",
         "print(recommend_padding(50_257, 256))",
@@ -236,7 +232,7 @@ def cheat_sheet_markdown() -> str:
         "need not pad at every step and one that shards evenly. Padding a weight dimension "
         "never adds useful work: the tile count is the same. A head dim is a model's design; "
         "padding 128 to 256 would double the attention FLOPs and the KV cache with zeros. "
-        f"Tokens are streamed, so their rows count in row tiles ({_BF16_ROWS} in bf16) on every "
+        f"Tokens are streamed, so their rows count in pushes of {STREAMED_ROWS} on every "
         "chip in a forward matmul (whole tiles in the weight-gradient matmul of training).",
         "",
         _dimension_table(),
