@@ -24,6 +24,7 @@ from tpuready.calc.titan import (
     TitanConfigError,
     TitanRejection,
     chip_split_costs,
+    choose_within_chip,
     raise_for_rejection,
     rejected_flag,
     titan_degrees,
@@ -61,10 +62,9 @@ def test_chapter_9s_best_mesh_by_hand():
         "--parallelism.pipeline_parallel_degree", "1",
         "--parallelism.data_parallel_replicate_degree", "1",
         "--parallelism.data_parallel_shard_degree", "8192",
-        "--parallelism.context_parallel_degree", "2",  # a v7 chip is two devices
-        "--parallelism.tensor_parallel_degree", "1",
+        "--parallelism.context_parallel_degree", "1",
+        "--parallelism.tensor_parallel_degree", "2",  # a v7 chip's two devices, as chosen
         "--parallelism.expert_parallel_degree", "16",  # each device half a chip's experts
-        "--parallelism.context_parallel_load_balancer", "ptrr",  # for FlexAttention
         "--training.local_batch_size", "1",
         "--training.global_batch_size", "8192",
         "--training.seq_len", "4096",
@@ -89,13 +89,14 @@ def test_a_one_device_chip_has_no_context_parallelism():
     assert options["--training.local_batch_size"] == "32"  # 8192 sequences over 256 ranks
 
 
-def test_tensor_inside_a_chip_moves_the_devices_from_cp_to_tp():
+def test_context_inside_a_chip_moves_the_devices_from_tp_to_cp():
     plan = plan_for({"fsdp": 1024, "expert": 8})
-    options = titan_options(titan_flags(plan, **NAMES, within_chip="tensor"))
-    assert options["--parallelism.context_parallel_degree"] == "1"
-    assert options["--parallelism.tensor_parallel_degree"] == "2"
-    assert options["--parallelism.expert_parallel_degree"] == "16"  # ep borrows tp's ranks
-    assert "--parallelism.context_parallel_load_balancer" not in options
+    options = titan_options(titan_flags(plan, **NAMES, within_chip="context"))
+    assert options["--parallelism.context_parallel_degree"] == "2"
+    assert options["--parallelism.tensor_parallel_degree"] == "1"
+    assert options["--parallelism.expert_parallel_degree"] == "16"  # ep borrows cp's ranks
+    assert options["--parallelism.context_parallel_load_balancer"] == "ptrr"  # FlexAttention
+    assert titan_flags(plan, **NAMES, within_chip="tensor") == titan_flags(plan, **NAMES)
     with pytest.raises(TitanConfigError, match="within_chip"):
         titan_degrees({"fsdp": 4}, devices_per_chip=2, within_chip="pipeline")
 
@@ -104,19 +105,25 @@ def test_chip_split_costs_for_chapter_19s_plan_by_hand():
     plan = plan_for({"fsdp": 1024, "expert": 8})
     context, tensor = chip_split_costs(plan).values()
     tokens, layers, half = 4096, 94, 1 / 2  # a chip's tokens; what a device receives
-    # cp: keys and values (2 x 4 heads x 128) gathered forward, gradients back, per layer.
-    assert context.die_to_die_bytes == layers * 2 * half * tokens * 1024 * 2
+    # cp: keys and values (2 x 4 heads x 128) gathered forward, gradients back, per layer,
+    # received by each of the chip's two devices.
+    assert context.activation_bytes == 2 * layers * 2 * half * tokens * 1024 * 2
     # tp: four (T x 4096) collectives per layer, four more for the embedding and head.
-    assert tensor.die_to_die_bytes == (layers * 4 + 4) * half * tokens * 4096 * 2
+    assert tensor.activation_bytes == 2 * (layers * 4 + 4) * half * tokens * 4096 * 2
     # Dense weights: attention (q, o 4096 x 8192; k, v 4096 x 512; q/k norms), the router
     # and the untied embedding and head, gathered in bf16 twice and reduced in fp32.
     dense = layers * (2 * 4096 * 8192 + 2 * 4096 * 512 + 2 * 128 + 128 * 4096) + 2 * 151936 * 4096
-    assert tensor.dense_gather_bytes == dense * (2 + 2 + 4)
-    assert context.dense_gather_bytes == 2 * tensor.dense_gather_bytes  # each device: all
+    gathers = dense * (2 + 2 + 4)
+    # Rings in rank order: the same dense bytes over the ICI either way; cp's ring also
+    # passes every layer from one of the chip's devices to the other.
+    assert tensor.ici_bytes == context.ici_bytes == gathers
+    assert tensor.die_to_die_bytes == tensor.activation_bytes
+    assert context.die_to_die_bytes == context.activation_bytes + gathers
     # Each device holds half the plan's chip, plus what its split adds.
     saved_input = layers * half * tokens * 4096 * 2  # tp's gathered attention input
     assert tensor.memory_bytes_per_device == plan.memory_bytes / 2 + saved_input
     assert context.memory_bytes_per_device > plan.memory_bytes / 2
+    assert choose_within_chip(plan) == "tensor"  # fewer bytes inside the chip, as many outside
 
 
 @settings(max_examples=40)
@@ -135,13 +142,55 @@ def test_activations_grow_with_the_chips_tokens_and_the_weights_do_not(mesh, seq
     ]  # fmt: skip
     for name in ("context", "tensor"):
         one, two = costs[0][name], costs[1][name]
-        assert two.die_to_die_bytes == pytest.approx(2 * one.die_to_die_bytes)
-        assert two.dense_gather_bytes == one.dense_gather_bytes
+        assert two.activation_bytes == pytest.approx(2 * one.activation_bytes)
+        assert two.ici_bytes == one.ici_bytes
+        weights = one.die_to_die_bytes - one.activation_bytes  # the dense gathers' hops
+        assert two.die_to_die_bytes - two.activation_bytes == pytest.approx(weights)
     # cp always moves fewer activation bytes (Qwen3's K and V are narrower than the hidden
-    # state) and gathers more weights; recomputation adds a forward's collectives to both.
+    # state) and passes the dense gathers between the dies; both move them once over the ICI.
     context, tensor = costs[0].values()
+    assert context.activation_bytes < tensor.activation_bytes
+    assert context.ici_bytes == tensor.ici_bytes
+    assert context.die_to_die_bytes - context.activation_bytes == context.ici_bytes
+
+
+@settings(max_examples=40)
+@given(
+    mesh=st.sampled_from([{"fsdp": 64}, {"fsdp": 8, "expert": 8}, {"data": 2, "fsdp": 32}]),
+    batch=st.sampled_from([1, 4, 16, 64]),
+    seq_len=st.sampled_from([1024, 4096, 16384, 65536]),
+    recompute=st.booleans(),
+)
+def test_the_choice_follows_the_bytes(mesh, batch, seq_len, recompute):
+    plan = make_plan(QWEN3_235B, mesh, "v7", num_chips=64, global_batch=64 * batch,
+                     seq_len=seq_len, recompute=recompute)  # fmt: skip
+    context, tensor = chip_split_costs(plan).values()
+    usable = plan.chip.per_device_hbm_bytes * (1 - plan.hbm_headroom)
+    fewer = tensor.die_to_die_bytes < context.die_to_die_bytes
+    fits = tensor.memory_bytes_per_device <= usable
+    assert choose_within_chip(plan) == ("tensor" if fewer and fits else "context")
+    options = titan_options(titan_flags(plan, **NAMES))
+    assert options["--parallelism.tensor_parallel_degree"] == ("2" if fewer and fits else "1")
+
+
+def test_long_sequences_and_narrow_heads_keep_context():
+    # Past the crossover (activations outgrow the weights) cp moves fewer bytes.
+    long = make_plan(QWEN3_235B, {"fsdp": 64}, "v7", num_chips=64, global_batch=64 * 16,
+                     seq_len=65536, recompute=True)  # fmt: skip
+    context, tensor = chip_split_costs(long).values()
     assert context.die_to_die_bytes < tensor.die_to_die_bytes
-    assert context.dense_gather_bytes > tensor.dense_gather_bytes
+    assert choose_within_chip(long) == "context"
+    # One key-value head: TorchTitan's tp must divide it.
+    one_kv = ModelConfig("one-kv", 94, 4096, 64, 1, 128, 128, 8, 1536, 151936)
+    narrow = make_plan(one_kv, {"fsdp": 1024, "expert": 8}, "v7", num_chips=8192,
+                       global_batch=8192, seq_len=4096, recompute=False)  # fmt: skip
+    chip_split_costs(narrow)  # priced, but not launchable as tp 2
+    assert choose_within_chip(narrow) == "context"
+    # A tensor axis, or a chip of one device: nothing the model prices.
+    assert choose_within_chip(plan_for({"fsdp": 2048, "tensor": 4})) == "context"
+    assert choose_within_chip(plan_for({"fsdp": 256}, chip="v5p")) == "context"
+    with pytest.raises(TitanConfigError, match="use make_plan"):
+        choose_within_chip({"fsdp": 4})
 
 
 @pytest.mark.parametrize(
@@ -222,8 +271,11 @@ def test_each_chip_trains_the_plans_tokens(mesh, recompute, chip):
         options["--parallelism.data_parallel_shard_degree"]
     )
     assert local * batch_ranks == int(options["--training.global_batch_size"]) == plan.global_batch
+    context = int(options["--parallelism.context_parallel_degree"])
     balancer = options.get("--parallelism.context_parallel_load_balancer")
-    assert balancer == ("ptrr" if plan.chip.devices_per_chip > 1 else None)
+    assert balancer == ("ptrr" if context > 1 else None)
+    tensor = int(options["--parallelism.tensor_parallel_degree"])
+    assert context * tensor == plan.chip.devices_per_chip * plan.mesh.get("tensor", 1)
     assert "--training.disable_cuda_graphs" in options
 
 
@@ -348,8 +400,8 @@ def test_torchtitan_accepts_the_flags_and_rejects_the_mistakes():
             plan_for({"data": 2, "fsdp": 128, "expert": 32}, recompute=True), **NAMES
         ),
         "tensor": titan_flags(plan_for({"fsdp": 2048, "tensor": 4}), **NAMES),
-        "tp inside": titan_flags(
-            plan_for({"fsdp": 1024, "expert": 8}), **NAMES, within_chip="tensor"
+        "cp inside": titan_flags(
+            plan_for({"fsdp": 1024, "expert": 8}), **NAMES, within_chip="context"
         ),
         "naive": [
             "1024" if flags_index == best.index("--parallelism.data_parallel_shard_degree") + 1
@@ -374,17 +426,19 @@ def test_torchtitan_accepts_the_flags_and_rejects_the_mistakes():
     ).stdout  # fmt: skip
     report = json.loads(printed.splitlines()[-1])
     results = {result["name"]: result for result in report["results"]}
-    assert all(results[name]["accepted"] for name in ("best", "recomputed", "tensor", "tp inside"))
-    assert results["tp inside"]["groups"] == {"tp": [0, 1], "ep": list(range(16))}
+    assert all(results[name]["accepted"] for name in ("best", "recomputed", "tensor", "cp inside"))
     meshes = {
         name: {mesh: dict(map(tuple, axes)) for mesh, axes in results[name]["meshes"].items()}
-        for name in ("best", "tensor")
+        for name in ("best", "tensor", "cp inside")
     }
     # The plan's experts: FSDP over its fsdp axis, an expert group of 8 chips' 16 devices.
-    assert meshes["best"]["sparse"] == {"pp": 1, "dp_replicate": 1, "efsdp": 1024, "ep": 16}
-    assert meshes["best"]["dense"]["cp"] == 2
-    # Rank 0's groups: its cp partner is rank 1 (tp 1), its expert group ranks 0 to 15.
-    assert results["best"]["groups"] == {"cp": [0, 1], "ep": list(range(16))}
+    for name in ("best", "cp inside"):
+        assert meshes[name]["sparse"] == {"pp": 1, "dp_replicate": 1, "efsdp": 1024, "ep": 16}
+    assert meshes["best"]["dense"]["tp"] == meshes["cp inside"]["dense"]["cp"] == 2
+    # Rank 0's groups: its chip partner is rank 1 (tp innermost; with cp, tp 1), its expert
+    # group ranks 0 to 15.
+    assert results["best"]["groups"] == {"tp": [0, 1], "ep": list(range(16))}
+    assert results["cp inside"]["groups"] == {"cp": [0, 1], "ep": list(range(16))}
     assert meshes["tensor"]["dense"] == {
         "pp": 1, "dp_replicate": 1, "dp_shard": 2048, "cp": 2, "tp": 4,
     }  # fmt: skip

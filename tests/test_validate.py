@@ -654,6 +654,7 @@ BAD_INPUTS: list[tuple[str, str, object, Callable[[Any], object]]] = [
     ("titan.titan_degrees", "within_chip", "pipeline",
      lambda v: titan.titan_degrees({"fsdp": 4}, devices_per_chip=2, within_chip=v)),
     ("titan.chip_split_costs", "plan", "a plan", lambda v: titan.chip_split_costs(v)),
+    ("titan.choose_within_chip", "plan", {"fsdp": 4}, lambda v: titan.choose_within_chip(v)),
     # buckets
     ("buckets.optimal_buckets", "lengths", 5, lambda v: buckets.optimal_buckets(v, 2)),
     ("buckets.optimal_buckets", "k", True, lambda v: buckets.optimal_buckets([3, 9, 40], v)),

@@ -13,10 +13,13 @@ import json
 import os
 import sys
 
-# vLLM ranks every log-probability it returns with a function it compiles
-# with torch.compile (Inductor's C++ code on a CPU): seconds of compiling
-# for a dozen tokens, and a build that fails under the book's portable
-# kernels (ATEN_CPU_CAPABILITY=default). With compiling off it runs eagerly.
+# For this CPU only; not for a TPU server. enforce_eager=True below already
+# turns off vLLM's compilation of the model. What is left: vLLM ranks every
+# log-probability it returns with a function it compiles with torch.compile
+# (Inductor's C++ code on a CPU; its random sampler too, which greedy never
+# calls): seconds of compiling for a dozen tokens, and a build that fails
+# under the book's portable kernels (ATEN_CPU_CAPABILITY=default). With
+# compiling off they run eagerly; the numbers they return are the same.
 os.environ["TORCH_COMPILE_DISABLE"] = "1"
 
 from vllm import LLM, SamplingParams  # after the setting above

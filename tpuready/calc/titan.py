@@ -16,23 +16,25 @@ onto that as follows (`titan_degrees`):
 - `tensor` is `tensor_parallel_degree`. TorchTitan splits attention and the dense FFN over it
   but not the experts when expert parallelism is on (it shards them FSDP-style over efsdp and
   reuses tp to split tokens), so a plan with both has no TorchTitan equivalent and is refused;
-- the devices of one chip are `context_parallel_degree`: they split each of the chip's
-  sequences (twice the shard degree would need twice the sequences), and FSDP shards the
-  dense weights over dp_shard x cp;
+- the devices of one chip split its work (twice the shard degree would need twice the
+  sequences), either as `context_parallel_degree` (`within_chip="context"`, `titan_degrees`'
+  default, which sees no plan): they split each of the chip's sequences, and FSDP shards the
+  dense weights over dp_shard x cp; or as a factor of `tensor_parallel_degree`
+  (`within_chip="tensor"`);
 - `expert` times the devices per chip is `expert_parallel_degree`: each device holds half of
   its chip's experts, the expert group spans the plan's `expert` chips and efsdp equals the
   plan's `fsdp`, so each chip stores and gathers the plan's experts. With `expert` 1 it is 1.
 - `pipeline_parallel_degree` is 1: a plan has no pipeline axis.
 
-What a chip stores is then the plan's; what it moves is not quite: each device gathers whole
-dense layers for its half of the sequences (twice the plan's dense gathers per chip), and
-attention's keys and values pass between a chip's devices. The plan counts neither.
+What a chip stores is then the plan's; what it moves is not quite. With `context` each device
+gathers whole dense layers for its half of the sequences (twice the plan's dense gathers per
+chip), and attention's keys and values pass between a chip's devices. With `tensor` (Megatron-
+style heads with sequence parallelism; with expert parallelism TorchTitan splits the MoE's
+tokens over tp) the chip gathers the plan's dense layers, and the hidden state passes between
+its devices. The plan counts neither.
 
-TorchTitan accepts the other split too: `within_chip="tensor"` makes a chip's devices a factor
-of `tensor_parallel_degree` instead (Megatron-style heads with sequence parallelism; with
-expert parallelism TorchTitan splits the MoE's tokens over tp). `chip_split_costs` prices the
-two per training step (`ChipSplit`): the activations that cross between a chip's devices (the
-die-to-die link), the dense weights the chip's devices gather, and the memory per device. It
+`chip_split_costs` prices the two splits per training step and chip (`ChipSplit`): the bytes
+that cross the ICI and the die-to-die link inside the chip, and the memory per device. It
 counts, per layer and for each of the chip's tokens T (h the hidden size, kv the key or value
 width, d the devices per chip, each collective receiving (d - 1) / d of its array):
 
@@ -46,8 +48,29 @@ width, d the devices per chip, each collective receiving (d - 1) / d of its arra
   four for the embedding and the output head; each device gathers 1/d of the dense layers
   (the plan's gathers per chip) and keeps the gathered attention input (T x h) for the backward.
 
+The activations stay inside the chip. Where the dense gathers travel (bf16 all-gathers forward
+and backward, fp32 gradient reduce-scatters) depends on the collective's ring; the model
+assumes rings in rank order, with a chip's devices consecutive ranks (the launcher's job,
+chapter 19). Then with `context` one FSDP ring visits a chip's d devices in turn: one of its
+links per chip crosses the ICI and d - 1 stay inside the chip, each carrying about a whole
+dense layer, so the chip receives the plan's dense gathers over the ICI and d - 1 times them
+over the die-to-die link. With `tensor` each of d rings visits one device per chip and carries
+1/d of the layers: the plan's dense gathers over the ICI, none over the die-to-die link. Both
+splits then move the same dense bytes over the ICI (the experts' traffic, the plan's either
+way, is left out of both). A runtime that rings otherwise moves `context`'s extra copies over
+the ICI instead.
+
+`choose_within_chip` picks `tensor` for a plan without a tensor axis when d divides the
+model's attention and key-value heads (TorchTitan's Qwen3 requires it of tp), and the tensor
+split moves no more bytes over the ICI, fewer over the die-to-die link, and fits a device's
+memory; else `context`, which also serves every plan with a tensor axis (the model prices
+none). `titan_flags` writes that choice unless told otherwise.
+
 The rest of a device's memory is the plan's per chip over d: either split halves every
-activation and every shard. Bytes only: Google states no bandwidth for the die-to-die link.
+activation and every shard. Bytes only, not time: Google states no bandwidth for the
+die-to-die link, and the model leaves out what overlaps with compute (FSDP prefetches its
+gathers a layer ahead; TorchTitan's async tensor parallelism, under `torch.compile`, pipelines
+tp's collectives with its matmuls).
 
 The flags also carry the batch (`local_batch_size` per dp rank, `global_batch_size`), the
 sequence length, activation checkpointing (`activation-checkpoint:full` when the plan
@@ -76,6 +99,7 @@ __all__ = [
     "TitanConfigError",
     "TitanRejection",
     "chip_split_costs",
+    "choose_within_chip",
     "raise_for_rejection",
     "rejected_flag",
     "titan_degrees",
@@ -88,7 +112,7 @@ TITAN_VERSION = "0.3.0"
 
 WITHIN_CHIP: tuple[str, ...] = ("context", "tensor")
 """The TorchTitan degree a chip's devices can split its work over: `context_parallel_degree`
-(the book's choice) or `tensor_parallel_degree`."""
+or `tensor_parallel_degree` (`choose_within_chip` picks one for a plan)."""
 
 BF16, FP32 = 2, 4
 
@@ -152,14 +176,14 @@ def titan_degrees(
     }
 
 
-def titan_flags(plan: Plan, *, module: str, config: str, within_chip: str = "context") -> list[str]:
+def titan_flags(
+    plan: Plan, *, module: str, config: str, within_chip: str | None = None
+) -> list[str]:
     """`python -m torchtitan.train`'s arguments for `plan` on its chip's devices, split over
-    `within_chip` (`WITHIN_CHIP`), with TorchTitan's config registry `module` and its function
-    `config` (which supplies the model): the map in the module docstring."""
-    if not isinstance(plan, Plan):
-        raise TitanConfigError(
-            f"plan must be a tpuready.calc.plan.Plan, got {plan!r}: use make_plan"
-        )
+    `within_chip` (`WITHIN_CHIP`; by default `choose_within_chip(plan)`), with TorchTitan's
+    config registry `module` and its function `config` (which supplies the model): the map in
+    the module docstring."""
+    _require_split_plan(plan)
     for name, value, pattern, example in (
         ("module", module, _MODULE, "qwen3_235b"),
         ("config", config, _FUNCTION, "qwen3_235b_a22b"),
@@ -173,6 +197,8 @@ def titan_flags(plan: Plan, *, module: str, config: str, within_chip: str = "con
                 f"{name} must be a Python {kind} name such as {example!r}, got {value!r}: "
                 f"TorchTitan {use} for --{name}"
             )
+    if within_chip is None:
+        within_chip = choose_within_chip(plan)
     degrees = titan_degrees(
         plan.mesh, devices_per_chip=plan.chip.devices_per_chip, within_chip=within_chip
     )
@@ -209,27 +235,35 @@ def titan_flags(plan: Plan, *, module: str, config: str, within_chip: str = "con
 
 @dataclass(frozen=True)
 class ChipSplit:
-    """One way of splitting each chip's work between its devices, per training step: the
-    model in the module docstring."""
+    """One way of splitting each chip's work between its devices, per training step and chip:
+    the model in the module docstring (rings in rank order, a chip's devices consecutive)."""
 
     within_chip: str
+    activation_bytes: float
+    """Activation bytes the chip's devices receive from each other (die-to-die)."""
+    ici_bytes: float
+    """Dense-weight bytes the chip receives over the ICI (bf16 all-gathers forward and
+    backward, fp32 gradient reduce-scatters); the experts' traffic, equal under either split,
+    is left out."""
     die_to_die_bytes: float
-    """Activation bytes each device receives from the chip's other devices."""
-    dense_gather_bytes: float
-    """Dense-weight bytes the chip's devices gather together (bf16 all-gathers forward and
-    backward, fp32 gradient reduce-scatters), wherever they travel."""
+    """Bytes the chip's devices receive from each other: the activations plus the dense
+    gathers' hops inside the chip."""
     memory_bytes_per_device: float
     """Weights, optimizer state, gathered layers and activations on one device."""
+
+
+def _require_split_plan(plan: Plan) -> None:
+    if not isinstance(plan, Plan):
+        raise TitanConfigError(
+            f"plan must be a tpuready.calc.plan.Plan, got {plan!r}: use make_plan"
+        )
 
 
 def chip_split_costs(plan: Plan) -> dict[str, ChipSplit]:
     """What splitting each chip's work between its devices over context parallelism or over
     tensor parallelism costs `plan` per step, by `WITHIN_CHIP` name, for a plan without a
     tensor axis on a chip of two or more devices (the module docstring's model)."""
-    if not isinstance(plan, Plan):
-        raise TitanConfigError(
-            f"plan must be a tpuready.calc.plan.Plan, got {plan!r}: use make_plan"
-        )
+    _require_split_plan(plan)
     devices = plan.chip.devices_per_chip
     if devices < 2:
         raise TitanConfigError(
@@ -252,24 +286,59 @@ def chip_split_costs(plan: Plan) -> dict[str, ChipSplit]:
     dense = model.num_layers * dense_layer + model.embedding_params + head
     gathers = dense * (2 * BF16 + FP32)  # all-gathered forward and backward, fp32 gradients
     base = plan.memory_bytes / devices
+    # Each device receives share of every collective's array; the chip, devices times that.
+    context_activations = devices * model.num_layers * (forward_passes + 1) * share * keys_values
+    tensor_activations = (
+        devices * (model.num_layers * (2 * forward_passes + 2) + 4) * share * hidden
+    )
     return {
+        # One ring through the chip's devices in turn: one hop a chip over the ICI, the
+        # other devices - 1 inside it, each a whole copy of the dense gathers.
         "context": ChipSplit(
             within_chip="context",
-            die_to_die_bytes=model.num_layers * (forward_passes + 1) * share * keys_values,
-            dense_gather_bytes=devices * gathers,
+            activation_bytes=context_activations,
+            ici_bytes=gathers,
+            die_to_die_bytes=context_activations + (devices - 1) * gathers,
             # Two whole gathered dense layers instead of 2 / devices of them, and the
             # gathered keys and values.
             memory_bytes_per_device=base
             + 2 * share * dense_layer * BF16
             + kept_layers * share * keys_values,
         ),
+        # devices rings of one device a chip, each carrying 1 / devices of the layers.
         "tensor": ChipSplit(
             within_chip="tensor",
-            die_to_die_bytes=(model.num_layers * (2 * forward_passes + 2) + 4) * share * hidden,
-            dense_gather_bytes=gathers,
+            activation_bytes=tensor_activations,
+            ici_bytes=gathers,
+            die_to_die_bytes=tensor_activations,
             memory_bytes_per_device=base + kept_layers * share * hidden,
         ),
     }
+
+
+def choose_within_chip(plan: Plan) -> str:
+    """The `WITHIN_CHIP` split `titan_flags` writes for `plan` by default: 'tensor' for a plan
+    without a tensor axis whose heads and key-value heads the chip's devices divide, when that
+    split moves no more bytes over the ICI, fewer over the die-to-die link and fits a device's
+    memory (`chip_split_costs`); else 'context'."""
+    _require_split_plan(plan)
+    devices, model = plan.chip.devices_per_chip, plan.model
+    if (
+        devices < 2
+        or plan.mesh.get("tensor", 1) > 1
+        or model.num_heads % devices
+        or model.num_kv_heads % devices
+    ):
+        return "context"
+    costs = chip_split_costs(plan)
+    context, tensor = costs["context"], costs["tensor"]
+    usable = plan.chip.per_device_hbm_bytes * (1 - plan.hbm_headroom)
+    better = (
+        tensor.ici_bytes <= context.ici_bytes
+        and tensor.die_to_die_bytes < context.die_to_die_bytes
+        and tensor.memory_bytes_per_device <= usable
+    )
+    return "tensor" if better else "context"
 
 
 def titan_options(flags: Sequence[str]) -> dict[str, str]:
