@@ -121,11 +121,13 @@ class HostSyncCounter:
       `bincount`, `repeat_interleave` without `output_size`, and indexing or assigning with a
       boolean mask (`x[mask]`, `x[mask] = 0`).
 
-    What it cannot see: it watches Python and PyTorch's dispatcher, not the inside of a kernel,
-    and it times nothing on the device. A kernel that reads its inputs on the host itself waits
-    unseen: `torch._grouped_mm` copies its offsets to the host inside its kernel wherever it
-    falls back to a loop (a CPU; CUDA but for bfloat16 on compute capability 9 or 10). A
-    count of zero means that no call asked the host for a value, not that the host never waits.
+    What it cannot see: it counts the calls the code in the block makes (in Python, and
+    through PyTorch's dispatcher), not the operators a kernel calls itself, though those go
+    through the dispatcher too and the profiler records them; and it times nothing on the
+    device. A kernel that reads its inputs on the host itself waits unseen: `torch._grouped_mm`
+    copies its offsets to the host inside its kernel wherever it falls back to a loop (a CPU;
+    CUDA but for bfloat16 on compute capability 9 or 10). A count of zero means that no call
+    the code made asked the host for a value, not that the host never waits.
 
     `device=None` treats every tensor as if it lived on the accelerator: the rehearsal on a
     CPU. It cannot tell host data from device data, so keep data loading outside the block;

@@ -10,8 +10,8 @@ How `wait_for` waits, by device:
 
 - CUDA (and every accelerator but TorchTPU): `torch.accelerator.synchronize()` blocks until
   all queued work is done. That is enough, and it copies nothing, so the timing is the work.
-- TorchTPU 0.2.0: `synchronize()` waits only for pending device-to-host copies, not for
-  queued computation, so it alone proves nothing; its guide says to materialise a result. A
+- TorchTPU 0.2.0: its documentation says only that `synchronize()` waits for pending
+  device-to-host copies, so it alone proves nothing; its guide says to materialise a result. A
   fusing compiler (TorchTPU's `DEFER_AND_FUSE` eager mode, XLA under `torch.compile`)
   computes only what is read, so copying one element could let it compute one element, and
   copying the whole result would time the host link as well (a 1 MiB output takes longer to
@@ -78,10 +78,10 @@ def _tensors_in(result: object) -> list[torch.Tensor]:
 def wait_for(result: object) -> None:
     """Return once the device has made every tensor in `result` (CPU: no-op).
 
-    On TorchTPU it reads on the host one number computed from every element
-    (the sum of the tensors' sums), since its synchronize() waits only for
-    copies; then it calls torch.accelerator.synchronize(), which is all that
-    CUDA needs. (Chapter 1 prints this function: keep it within 79 columns.)
+    On TorchTPU, whose synchronize() is documented to wait for copies, it
+    first reads on the host one number computed from every element (the sum
+    of the tensors' sums); then it calls torch.accelerator.synchronize(), all
+    that CUDA needs. (Chapter 1 prints this function: keep it in 79 columns.)
     """
     accelerator = torch.accelerator.current_accelerator(check_available=True)
     if accelerator is None:
