@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tpuready.calc.serving import (
+    KV_PAGE_SIZE,
     MIN_NUM_SEQS,
     PROMPT_RANGE,
     EngineBuckets,
@@ -262,3 +263,30 @@ def test_a_budget_below_max_num_seqs_is_refused_as_vllm_refuses_it() -> None:
     with pytest.raises(ServingBucketError, match="max_num_seqs \\(8\\)"):
         schedule([Request(0, 4, 1)], 4, 8)
     assert EngineBuckets.from_settings(512, 512).requests[-1] == 512
+
+
+def test_the_cache_is_counted_in_whole_pages_per_request() -> None:
+    """The hand-worked schedule above, in pages: each request rounded up on its own."""
+    requests = [Request(0, 5, 3), Request(0, 40, 2), Request(1, 10, 1), Request(10, 4, 2)]
+    ran = schedule(requests, max_num_batched_tokens=16, max_num_seqs=2, page_size=16)
+    # Step 2 holds 7 tokens of request 0 and 40 of request 1: 1 + 3 pages, not ceil(47/16) = 3.
+    assert ran.step_kv_pages.tolist() == [2, 3, 4, 4, 1, 1]
+    assert KV_PAGE_SIZE == 16  # vLLM 0.32.0's CacheConfig.DEFAULT_BLOCK_SIZE
+    assert schedule(requests, 16, 2).step_kv_pages.tolist() == ran.step_kv_pages.tolist()
+    one_token_pages = schedule(requests, 16, 2, page_size=1)
+    assert one_token_pages.step_kv_pages.tolist() == one_token_pages.step_kv_tokens.tolist()
+
+
+@given(raw=requests_strategy, page_size=st.integers(1, 512))
+def test_pages_hold_the_tokens_and_waste_under_a_page_per_running_request(
+    raw: list[tuple[int, int, int]], page_size: int
+) -> None:
+    arrivals = list(itertools.accumulate(gap for gap, _, _ in raw))
+    requests = [
+        Request(arrival, prompt, output)
+        for arrival, (_, prompt, output) in zip(arrivals, raw, strict=True)
+    ]
+    ran = schedule(requests, 512, 16, page_size=page_size)
+    slots = ran.step_kv_pages * page_size
+    assert (slots >= ran.step_kv_tokens).all()
+    assert (slots - ran.step_kv_tokens < page_size * 16).all()  # under a page per request

@@ -725,6 +725,8 @@ BAD_INPUTS: list[tuple[str, str, object, Callable[[Any], object]]] = [
     ("serving.request_buckets", "max_num_seqs", 0, lambda v: serving.request_buckets(v)),
     ("serving.schedule", "max_num_seqs", None,
      lambda v: serving.schedule([serving.Request(0, 40, 3)], 16, v)),
+    ("serving.schedule", "page_size", 0,
+     lambda v: serving.schedule([serving.Request(0, 40, 3)], 16, 4, page_size=v)),
     ("serving.token_buckets", "min_bucket", 3, lambda v: serving.token_buckets(512, min_bucket=v)),
     ("serving.lognormal_stream", "seed", -1,
      lambda v: serving.lognormal_stream(4, 0.5, 64, 8, seed=v)),

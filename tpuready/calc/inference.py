@@ -25,8 +25,9 @@ The model follows the Scaling Book's inference chapter ("All About Transformer I
   group has more devices than the model has KV heads, each KV head (its cache and its K and V
   projections) is copied on `tensor_parallel / num_kv_heads` devices, as vLLM's
   `QKVParallelLinear` and tpu-inference's `get_padded_num_heads` do (`kv_head_replicas`). Every
-  group holds all the weights but the experts; the experts are spread over every device (expert
-  parallel). `attention_data_parallel=1` is tensor parallel over all the devices
+  group holds all the weights but the experts; the experts are spread over every device
+  (tensor-sharded, or expert parallel with `--enable-expert-parallel`: the same bytes per device).
+  `attention_data_parallel=1` is tensor parallel over all the devices
   (`--tensor-parallel-size`); more groups is vLLM's `--data-parallel-size` with
   `--enable-expert-parallel`, or tpu-inference's `enable_dp_attention`. The communication between
   devices is left out, so the times are lower bounds, as every roofline here. Memory keeps

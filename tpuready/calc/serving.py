@@ -33,7 +33,9 @@ padding a request stream will pay without a TPU:
   served, while token budget is left and fewer than `max_num_seqs` run; a prompt longer than
   what is left is split across steps (chunked prefill). The last prompt chunk's step samples the
   first output token, and each later step one more. Each step's KV cache holds every running
-  request's computed prompt tokens and the outputs fed back so far (`step_kv_tokens`).
+  request's computed prompt tokens and the outputs fed back so far (`step_kv_tokens`), and the
+  pages they fill: the cache is allocated in pages (blocks) of `page_size` tokens, each request's
+  tokens rounded up to whole pages (`step_kv_pages`; `KV_PAGE_SIZE`, 16 by default).
 - A modelled stream (`lognormal_stream`): Poisson arrivals, log-normal prompt and output lengths.
 
 The model is for one data-parallel rank (`dp_size` 1). Read from the wheels, not run on a TPU:
@@ -53,6 +55,7 @@ import numpy as np
 from tpuready.validate import InputError, number, whole_number
 
 __all__ = [
+    "KV_PAGE_SIZE",
     "MIN_NUM_SEQS",
     "MIN_TOKEN_BUCKET",
     "OUTPUT_RANGE",
@@ -75,6 +78,11 @@ MIN_TOKEN_BUCKET = 16
 
 MIN_NUM_SEQS = 8
 """tpu-inference 0.32.0's smallest request bucket (`MIN_NUM_SEQS`, runner/utils.py)."""
+
+KV_PAGE_SIZE = 16
+"""vLLM 0.32.0's default KV cache block size in tokens (`CacheConfig.DEFAULT_BLOCK_SIZE`,
+vllm/config/cache.py). A platform may pick another, and tpu-inference may choose differently:
+read the block size from the server's configuration log, or set it with `--block-size`."""
 
 SAMPLING_GRAPHS_PER_REQUEST_BUCKET = 4
 """Sampling compiles with and without sampling, each with and without log-probabilities."""
@@ -335,6 +343,9 @@ class Schedule:
     step_kv_tokens: np.ndarray
     """Tokens in the KV cache during each step that ran: every running request's computed prompt
     tokens and the outputs fed back so far (each sampled token but the last is fed back)."""
+    step_kv_pages: np.ndarray
+    """Cache pages the running requests hold during each step that ran: each request's cache
+    tokens rounded up to whole pages of `page_size` tokens."""
 
 
 def _checked_request(index: int, request: Request) -> tuple[int, int, int]:
@@ -365,10 +376,21 @@ def _checked_request(index: int, request: Request) -> tuple[int, int, int]:
 
 
 def schedule(
-    requests: Sequence[Request], max_num_batched_tokens: int, max_num_seqs: int
+    requests: Sequence[Request],
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    *,
+    page_size: int = KV_PAGE_SIZE,
 ) -> Schedule:
     """The steps vLLM's V1 scheduler runs for `requests` (sorted by arrival), with chunked
-    prefill at the token budget and at most `max_num_seqs` running requests."""
+    prefill at the token budget, at most `max_num_seqs` running requests and the cache in pages
+    of `page_size` tokens."""
+    page = whole_number(
+        "page_size",
+        page_size,
+        fix=f"the KV cache block size in tokens (--block-size; vLLM's default is {KV_PAGE_SIZE})",
+        error=ServingBucketError,
+    )
     budget = whole_number(
         "max_num_batched_tokens",
         max_num_batched_tokens,
@@ -395,6 +417,7 @@ def schedule(
     step_requests: list[int] = []
     step_index: list[int] = []
     step_kv: list[int] = []
+    step_pages: list[int] = []
     next_arrival = 0
     clock = 0
     while next_arrival < count or waiting or running:
@@ -434,7 +457,9 @@ def schedule(
             if produced[index] == outputs:
                 finish[index] = clock
         if scheduled:
-            step_kv.append(sum(computed[index] + max(produced[index] - 1, 0) for index in running))
+            held = [computed[index] + max(produced[index] - 1, 0) for index in running]
+            step_kv.append(sum(held))
+            step_pages.append(sum(-(-tokens // page) for tokens in held))
         running = [index for index in running if finish[index] < 0]
         clock += 1
     return Schedule(
@@ -444,6 +469,7 @@ def schedule(
         first_token_step=first_token,
         finish_step=finish,
         step_kv_tokens=np.asarray(step_kv, dtype=np.int64),
+        step_kv_pages=np.asarray(step_pages, dtype=np.int64),
     )
 
 
