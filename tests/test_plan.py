@@ -19,6 +19,8 @@ from tpuready.calc.hardware import UnknownChipError, get_chip
 from tpuready.calc.plan import (
     AXES,
     BYTES_PER_PARAM_STATE,
+    CANDIDATE_AXIS_SHAPES,
+    CANDIDATE_MESHES,
     HBM_HEADROOM,
     ModelConfig,
     Plan,
@@ -310,3 +312,38 @@ def test_a_plan_fits_only_with_headroom_left() -> None:
         make_plan(
             TINY, {"fsdp": 4}, "v5e", num_chips=4, global_batch=8, seq_len=128, hbm_headroom=1
         )
+
+
+# Qwen3-235B-A22B's published config.json, as chapters 9 and 15 use it.
+QWEN3_235B = ModelConfig(
+    name="Qwen3-235B-A22B",
+    num_layers=94,
+    hidden_size=4096,
+    num_heads=64,
+    num_kv_heads=4,
+    head_dim=128,
+    num_experts=128,
+    experts_per_token=8,
+    expert_ffn_size=1536,
+    vocab_size=151936,
+    tied_embeddings=False,
+)
+
+
+def test_chapter_9s_candidates_each_plan_8192_chips_on_their_layout():
+    # Chapters 9 and 15 read this one list: every mesh must plan for the announcement's 8,192
+    # v7 chips, and a candidate with axis shapes must be laid out otherwise than by default.
+    assert len(CANDIDATE_MESHES) == 7
+    workload = {"num_chips": 8192, "global_batch": 8192, "seq_len": 4096}
+    assert set(CANDIDATE_AXIS_SHAPES) <= set(CANDIDATE_MESHES)
+    for label, mesh in CANDIDATE_MESHES.items():
+        assert set(mesh) <= set(AXES), label
+        assert math.prod(mesh.values()) == 8192, label
+        shapes = CANDIDATE_AXIS_SHAPES.get(label)
+        plan = make_plan(QWEN3_235B, mesh, "v7", axis_shapes=shapes, **workload)
+        assert plan.mesh == mesh, label
+        if shapes is not None:
+            assert {axis: math.prod(shape) for axis, shape in shapes.items()} == mesh, label
+            default = make_plan(QWEN3_235B, mesh, "v7", **workload)
+            described = plan.layouts["expert"].describe()
+            assert described != default.layouts["expert"].describe(), label

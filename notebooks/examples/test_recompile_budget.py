@@ -3,9 +3,10 @@
 From chapter 11 of TPU-ready PyTorch. TorchTPU compiles with static shapes:
 every batch shape a step has not seen is a new XLA compilation, seconds to
 minutes each. This test names every graph Dynamo captures in one epoch, on
-a CPU with the cheap `aot_eager` backend and `dynamic=False` (as TorchTPU),
-and fails on a graph it does not expect (naming it), on an expected graph
-that never compiled, or when a second epoch would compile anything at all.
+the device `torch.accelerator` picks (the CPU where there is none), with
+`dynamic=False` (as TorchTPU) and the cheap `aot_eager` backend, and fails
+on a graph it does not expect (naming it), on an expected graph that never
+compiled, or when a second epoch would compile anything at all.
 
 To adopt it, replace `make_model`, `make_optimizer`, `make_loader` and
 `train_step` with yours, and list the graphs you allow in EXPECTED_GRAPHS.
@@ -26,8 +27,10 @@ from recompile_model import TRAIN_LENGTHS, TokenModel, make_loader
 # update once ("step: adam(", the call in torch/optim/adam.py's Adam.step),
 # between the two graph breaks torch.optim puts around it. The backward pass
 # is no graph of Dynamo's: AOTAutograd derives it from the forward graph.
-# Names and counts are the same on a CPU, CUDA and a TPU; only the update's
-# op count differs (AdamW's foreach path on an accelerator).
+# Checked on a CPU and on the book's emulated TPU, where these names and
+# counts hold (the update's op count differs: AdamW's foreach path on a
+# TPU). Rerun it on your device: on CUDA, Dynamo also sets AdamW's
+# capturable=True itself, and a real TPU's graphs have not been checked.
 EXPECTED_GRAPHS = Counter(
     {
         "train_step: logits = model(tokens)": 2,
@@ -35,6 +38,9 @@ EXPECTED_GRAPHS = Counter(
     }
 )
 PAD_TO_MULTIPLE_OF = 32
+# The accelerator this process may use, else the CPU (chapter 1's choice).
+DEVICE = torch.accelerator.current_accelerator(check_available=True)
+DEVICE = DEVICE or torch.device("cpu")
 
 # torch 2.13's Dynamo calls a deprecated torch.jit API inside its own code:
 # the warning is about torch, not about your step.
@@ -45,11 +51,26 @@ pytestmark = pytest.mark.filterwarnings(
 
 def make_model() -> torch.nn.Module:
     torch.manual_seed(0)
-    return TokenModel()
+    return TokenModel().to(DEVICE)
 
 
-def make_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=1e-2)
+def make_optimizer(
+    model: torch.nn.Module, lr: float | torch.Tensor = 1e-2
+) -> torch.optim.Optimizer:
+    options = {}
+    # TorchTPU needs a compiled AdamW's step count on the device; on CUDA a
+    # tensor lr needs it for AdamW's foreach path. A CPU optimizer refuses it.
+    if DEVICE.type == "tpu" or (
+        DEVICE.type == "cuda" and isinstance(lr, torch.Tensor)
+    ):
+        options["capturable"] = True
+    return torch.optim.AdamW(model.parameters(), lr=lr, **options)
+
+
+def batches(loader):
+    """The loader's batches, on DEVICE."""
+    for tokens, targets in loader:
+        yield tokens.to(DEVICE), targets.to(DEVICE)
 
 
 def train_step(model, optimizer, tokens, targets) -> torch.Tensor:
@@ -121,7 +142,7 @@ def test_training_compiles_the_expected_graphs() -> None:
 
     # Past recompile_limit Dynamo would run eagerly, unrecorded: make it fail.
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
-        for tokens, targets in loader:  # the first epoch is the warm-up
+        for tokens, targets in batches(loader):  # the warm-up epoch
             step(model, optimizer, tokens, targets)
     surprises = recorder.surprises(EXPECTED_GRAPHS)
     assert not surprises, "\n".join(["one epoch's graphs:", *surprises])
@@ -129,7 +150,7 @@ def test_training_compiles_the_expected_graphs() -> None:
     # After the warm-up any new graph is an error: a second epoch must
     # reuse every graph of the first.
     with torch.compiler.set_stance("fail_on_recompile"):
-        for tokens, targets in loader:
+        for tokens, targets in batches(loader):
             step(model, optimizer, tokens, targets)
         # The check is live: a shape the loader never makes is refused.
         with pytest.raises(RuntimeError, match="fail_on_recompile"):
@@ -140,23 +161,22 @@ def test_a_learning_rate_schedule_compiles_nothing_new() -> None:
     # A Python float learning rate is a constant in the graph: every value
     # a scheduler sets is a new guard, a new optimizer graph, each step. As
     # a tensor it is an input, and the graphs of the first epoch serve every
-    # later learning rate. (On CUDA, where AdamW defaults to foreach=True, a
-    # tensor lr also needs capturable=True; TorchTPU needs it anyway.)
+    # later learning rate (make_optimizer sets capturable where needed).
     recorder = GraphRecorder()
     step = compile_step(recorder)
     model = make_model()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=torch.tensor(1e-2))
+    optimizer = make_optimizer(model, lr=torch.tensor(1e-2, device=DEVICE))
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: 1 / (1 + step)
     )
     loader = make_loader(TRAIN_LENGTHS, pad_to_multiple_of=PAD_TO_MULTIPLE_OF)
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
-        for tokens, targets in loader:
+        for tokens, targets in batches(loader):
             step(model, optimizer, tokens, targets)
             schedule.step()
     surprises = recorder.surprises(EXPECTED_GRAPHS)
     assert not surprises, "\n".join(["one epoch's graphs:", *surprises])
     with torch.compiler.set_stance("fail_on_recompile"):
-        for tokens, targets in loader:
+        for tokens, targets in batches(loader):
             step(model, optimizer, tokens, targets)
             schedule.step()

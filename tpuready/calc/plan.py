@@ -41,7 +41,12 @@ dimension, per-link bandwidth, an all-to-all priced by its busiest link, the fir
 data-centre network when `slices` > 1). Axes are charged one after another (their collectives run at
 different points of the step). The roofline step time is the largest of compute at peak bf16, HBM
 traffic at full bandwidth and the ICI time: it assumes perfect overlap of the three, so it is a
-lower bound.
+lower bound for this layout and this traffic. A run that moves less (gradients reduced in bf16,
+weights kept gathered for the backward pass, collectives of different axes overlapped) or lays
+its mesh out otherwise can be faster.
+
+`CANDIDATE_MESHES` and `CANDIDATE_AXIS_SHAPES` are the meshes of 8,192 chips chapter 9 compares
+(and chapter 15 takes the fastest of).
 """
 
 from __future__ import annotations
@@ -65,6 +70,8 @@ from tpuready.validate import InputError, number, whole_number
 __all__ = [
     "AXES",
     "BYTES_PER_PARAM_STATE",
+    "CANDIDATE_AXIS_SHAPES",
+    "CANDIDATE_MESHES",
     "HBM_HEADROOM",
     "ModelConfig",
     "Plan",
@@ -87,6 +94,24 @@ BYTES_PER_PARAM_STATE: dict[str, int] = {
     "adamw_fp32": 2 * FP32,
 }
 
+
+CANDIDATE_MESHES: dict[str, dict[str, int]] = {
+    "fsdp": {"fsdp": 8192},
+    "fsdp+ep": {"fsdp": 256, "expert": 32},
+    "dp+fsdp+ep": {"data": 2, "fsdp": 128, "expert": 32},
+    "fsdp+ep+tp": {"fsdp": 128, "expert": 16, "tensor": 4},
+    "ep=128": {"fsdp": 64, "expert": 128},
+    "ep=8 2x2x2": {"fsdp": 1024, "expert": 8},
+    "ep=64 cube": {"fsdp": 128, "expert": 64},
+}
+"""Chapter 9's seven meshes of 8,192 chips, by label (chapters 9 and 15 read this one list)."""
+
+CANDIDATE_AXIS_SHAPES: dict[str, dict[str, tuple[int, ...]]] = {
+    "ep=8 2x2x2": {"fsdp": (8, 8, 16), "expert": (2, 2, 2)},
+    "ep=64 cube": {"fsdp": (4, 4, 8), "expert": (4, 4, 4)},
+}
+"""`make_plan`'s `axis_shapes` for the candidates not on the default layout: chips along each
+dimension of the 16 x 16 x 32 slice of 8,192 v7 chips (the expert axis on a block)."""
 
 HBM_HEADROOM = 0.1
 """The share of a chip's HBM a plan keeps free by default: an assumption, not a vendor figure.
