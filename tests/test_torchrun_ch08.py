@@ -3,8 +3,8 @@
 The notebook runs `notebooks/workers/ch08_expert_parallel.py` through
 `tpuready.runtime.launch.run_workers`; the chapter tells readers to run the same file with
 `torchrun`. Same code, same seeded weights and tokens, one torch thread per rank (the worker sets
-it), the same gloo exchanges: the capacities, drops, bytes and received counts must be equal, and
-the outputs equal to the last bit (compared by a SHA-256 of their bytes).
+it), the same gloo exchanges: the capacities, drops, bytes, received counts and host syncs must be
+equal, and the outputs equal to the last bit (compared by a SHA-256 of their bytes).
 """
 
 from __future__ import annotations
@@ -66,6 +66,9 @@ def test_the_run_drops_tokens_and_sends_the_formula_bytes(from_torchrun) -> None
     # Two all-to-alls per rank (dispatch, combine), each sending (N-1)/N of the buffer.
     per_call = buffer_bytes * (WORLD_SIZE - 1) // WORLD_SIZE
     assert from_torchrun["bytes_to_others"] == [[per_call, per_call]] * WORLD_SIZE
+    # Fixed split sizes: no value is read on the host from routing to combine (chapter 8,
+    # step 4; the dropless path of step 10 reads two).
+    assert from_torchrun["host_syncs"] == [0] * WORLD_SIZE
     # The chosen data overflows some expert at this capacity factor, and each expert
     # processes every assignment routed to it except the dropped ones.
     dropped = sum(from_torchrun["dropped"])

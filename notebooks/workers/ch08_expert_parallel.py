@@ -28,6 +28,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from tpuready.inspection.syncs import HostSyncCounter
 from tpuready.runtime.launch import (
     init_rank,
     rank_device,
@@ -266,7 +267,10 @@ def expert_parallel_moe(
 
     Returns this rank's outputs for its own tokens, which choices were kept,
     the capacity, the bytes each all-to-all sent to other ranks (as the
-    dispatcher saw them), and how many tokens each of its experts received.
+    dispatcher saw them), how many tokens each of its experts received, and
+    the host syncs from routing to combine: none, since every split size is
+    known in advance (the collective itself may still block the host: gloo's
+    does, and a count of calls cannot see that).
     """
     if NUM_EXPERTS % world_size or num_tokens % world_size:
         raise ValueError(
@@ -285,11 +289,11 @@ def expert_parallel_moe(
     # Every rank makes all the tokens from the seed and keeps its own slice.
     tokens = make_tokens(seed, num_tokens).chunk(world_size)[rank].to(device)
 
-    route_weights, experts = route(tokens, weights["gate.weight"])
     capacity = expert_capacity(
         len(tokens), TOP_K, NUM_EXPERTS, capacity_factor
     )
-    with AllToAllRecorder(rank) as recorder:
+    with HostSyncCounter() as syncs, AllToAllRecorder(rank) as recorder:
+        route_weights, experts = route(tokens, weights["gate.weight"])
         layer = expert_parallel_layer(
             tokens,
             route_weights,
@@ -316,6 +320,8 @@ def expert_parallel_moe(
         "send_buffer_bytes": layer["send"].nbytes,
         "bytes_to_others": recorder.bytes_to_others,
         "tokens_per_local_expert": filled.sum(dim=(1, 2)).tolist(),
+        "host_syncs": syncs.accelerator_count,
+        "host_syncs_by_call": syncs.by_call(),
         "device_type": device.type,  # where this rank computed
     }
 
@@ -335,6 +341,7 @@ def summarize(results: list[dict[str, object]]) -> dict[str, object]:
         "tokens_per_local_expert": [
             result["tokens_per_local_expert"] for result in results
         ],
+        "host_syncs": [result["host_syncs"] for result in results],
         "output_sha256": hashlib.sha256(outputs.numpy().tobytes()).hexdigest(),
     }
 
