@@ -664,6 +664,7 @@ BAD_INPUTS: list[tuple[str, str, object, Callable[[Any], object]]] = [
     ("buckets.pad_to_bucket", "padding_side", "top",
      lambda v: buckets.pad_to_bucket([[1, 2]], (4, 8), padding_side=v)),
     ("buckets.padded_tokens", "buckets", "ab", lambda v: buckets.padded_tokens([3], v)),
+    ("buckets.token_row", "row", ["a"], lambda v: buckets.token_row("row", v)),
     ("buckets.padding_stats", "lengths", 3.5, lambda v: buckets.padding_stats(v, (4, 8))),
     # packing
     ("packing.pack_documents", "num_rows", 0, lambda v: packing.pack_documents([[1, 2]], v, 8)),

@@ -37,6 +37,7 @@ __all__ = [
     "pad_to_bucket",
     "padded_tokens",
     "padding_stats",
+    "token_row",
 ]
 
 
@@ -259,23 +260,26 @@ def padding_stats(
     )
 
 
-def _token_row(index: int, sequence: Sequence[int] | torch.Tensor) -> torch.Tensor:
-    """Sequence `index` as a 1-D long tensor, refusing what is not a row of token ids (a float
-    id would be truncated, a 2-D batch flattened into one long sequence)."""
-    row = torch.as_tensor(sequence)
-    if row.ndim != 1:
-        raise BucketError(
-            f"sequences[{index}] must be one row of token ids, got shape {tuple(row.shape)}: "
-            "pass a list of 1-D sequences (iterate over the rows of a 2-D batch)"
+def token_row(name: str, row: object, error: type[InputError] = BucketError) -> torch.Tensor:
+    """`row` as a 1-D long tensor of token ids, or `error` naming `name`: a float id would be
+    truncated and a 2-D batch flattened into one long sequence, so both are refused."""
+    try:
+        ids = torch.as_tensor(row)
+    except (TypeError, ValueError, RuntimeError) as failure:
+        raise error(f"{name} must be a row of token ids, got {row!r}: {failure}") from None
+    if ids.ndim != 1:
+        raise error(
+            f"{name} must be one row of token ids, got shape {tuple(ids.shape)}: "
+            "pass a list of 1-D rows (iterate over the rows of a 2-D batch)"
         )
-    if row.numel() and (
-        row.dtype.is_floating_point or row.dtype.is_complex or row.dtype == torch.bool
+    if ids.numel() and (
+        ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool
     ):
-        raise BucketError(
-            f"sequences[{index}] must hold integer token ids, got dtype {row.dtype}: "
+        raise error(
+            f"{name} must hold integer token ids, got dtype {ids.dtype}: "
             "token ids are whole numbers (convert with .long() only if they really are)"
         )
-    return row.to(torch.long)
+    return ids.to(torch.long)
 
 
 def pad_to_bucket(
@@ -294,7 +298,7 @@ def pad_to_bucket(
     whole_number("pad_value", pad_value, minimum=0, fix="pass a token id", error=BucketError)
     if len(sequences) == 0:
         raise BucketError("sequences is empty: a batch needs at least one sequence")
-    rows = [_token_row(index, sequence) for index, sequence in enumerate(sequences)]
+    rows = [token_row(f"sequences[{index}]", sequence) for index, sequence in enumerate(sequences)]
     longest = max(row.numel() for row in rows)
     if longest == 0:
         raise BucketError("every sequence is empty: a batch needs at least one token")

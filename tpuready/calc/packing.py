@@ -30,6 +30,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from tpuready.calc.buckets import token_row
 from tpuready.validate import InputError, whole_number
 
 __all__ = [
@@ -133,25 +134,7 @@ def _token_ids(index: int, document: object) -> torch.Tensor:
                 "pass token ids, or tokenizer output with input_ids"
             )
         document = document["input_ids"]
-    try:
-        ids = torch.as_tensor(document)
-    except (TypeError, ValueError, RuntimeError) as error:
-        raise PackingError(
-            f"documents[{index}] must be a row of token ids, got {document!r}: {error}"
-        ) from None
-    if ids.ndim != 1:
-        raise PackingError(
-            f"documents[{index}] must be one row of token ids, got shape {tuple(ids.shape)}: "
-            "pass a list of 1-D documents (iterate over the rows of a 2-D batch)"
-        )
-    if ids.numel() and (
-        ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool
-    ):
-        raise PackingError(
-            f"documents[{index}] must hold integer token ids, got dtype {ids.dtype}: "
-            "token ids are whole numbers (convert with .long() only if they really are)"
-        )
-    return ids.to(torch.long)
+    return token_row(f"documents[{index}]", document, error=PackingError)
 
 
 def pack_documents(
