@@ -16,10 +16,29 @@ import nbformat
 import pytest
 from hypothesis import settings
 
+from tpuready.calc.plan import ModelConfig
+
 # Properties are about values, not speed: Hypothesis's 200 ms deadline per example failed tests
 # on a busy two-core machine, so no test gets one (a test's own settings still apply on top).
 settings.register_profile("tpuready", deadline=None)
 settings.load_profile("tpuready")
+
+# Qwen/Qwen3-235B-A22B's published config.json as a ModelConfig: the model chapters 9, 15 and 19
+# plan, shared by the tests of the planner, the rooflines and the TorchTitan flags.
+QWEN3_235B = ModelConfig(
+    name="Qwen3-235B-A22B",
+    num_layers=94,
+    hidden_size=4096,
+    num_heads=64,
+    num_kv_heads=4,
+    head_dim=128,
+    num_experts=128,
+    experts_per_token=8,
+    expert_ffn_size=1536,
+    vocab_size=151936,
+    tied_embeddings=False,
+)
+
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = REPOSITORY / "notebooks"

@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from conftest import QWEN3_235B
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -312,22 +313,6 @@ def test_a_plan_fits_only_with_headroom_left() -> None:
         make_plan(
             TINY, {"fsdp": 4}, "v5e", num_chips=4, global_batch=8, seq_len=128, hbm_headroom=1
         )
-
-
-# Qwen3-235B-A22B's published config.json, as chapters 9 and 15 use it.
-QWEN3_235B = ModelConfig(
-    name="Qwen3-235B-A22B",
-    num_layers=94,
-    hidden_size=4096,
-    num_heads=64,
-    num_kv_heads=4,
-    head_dim=128,
-    num_experts=128,
-    experts_per_token=8,
-    expert_ffn_size=1536,
-    vocab_size=151936,
-    tied_embeddings=False,
-)
 
 
 def test_chapter_9s_candidates_each_plan_8192_chips_on_their_layout():

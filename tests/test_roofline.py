@@ -13,11 +13,12 @@ import math
 from collections.abc import Callable
 
 import pytest
+from conftest import QWEN3_235B
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tpuready.calc.hardware import all_chips, get_chip
-from tpuready.calc.plan import ModelConfig, make_plan
+from tpuready.calc.plan import make_plan
 from tpuready.calc.roofline import (
     Roofline,
     RooflineError,
@@ -282,20 +283,6 @@ def test_unknown_chip_name_is_refused_by_the_hardware_table() -> None:
 # ---------------------------------------------------------------------------------------------
 # The announcement, through this module and through chapter 9's plan
 
-# Qwen/Qwen3-235B-A22B, config.json, as chapter 9 copies it into a ModelConfig.
-QWEN3_235B = ModelConfig(
-    name="Qwen3-235B-A22B",
-    num_layers=94,
-    hidden_size=4096,
-    num_heads=64,
-    num_kv_heads=4,
-    head_dim=128,
-    num_experts=128,
-    experts_per_token=8,
-    expert_ffn_size=1536,
-    vocab_size=151936,
-    tied_embeddings=False,
-)
 ANNOUNCED_CHIPS, ANNOUNCED_MFU = 8192, 0.28
 GLOBAL_BATCH, SEQ_LEN = 8192, 4096  # chapter 9's workload
 

@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import QWEN3_235B
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,8 +37,6 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 TITAN_PYTHON = REPOSITORY / ".venv-titan" / "bin" / "python"
 CHECKER = REPOSITORY / "notebooks" / "titan" / "ch19_check.py"
 
-# Qwen/Qwen3-235B-A22B's config.json, as chapter 9 plans it.
-QWEN3_235B = ModelConfig("Qwen3-235B-A22B", 94, 4096, 64, 4, 128, 128, 8, 1536, 151936)
 NAMES = {"module": "qwen3_235b", "config": "qwen3_235b_a22b"}
 
 
