@@ -67,7 +67,7 @@ def test_the_run_drops_tokens_and_sends_the_formula_bytes(from_torchrun) -> None
     per_call = buffer_bytes * (WORLD_SIZE - 1) // WORLD_SIZE
     assert from_torchrun["bytes_to_others"] == [[per_call, per_call]] * WORLD_SIZE
     # Fixed split sizes: no value is read on the host from routing to combine (chapter 8,
-    # step 4; the dropless path of step 10 reads two).
+    # step 4; the dropless path of chapter 8b, step 2, reads two).
     assert from_torchrun["host_syncs"] == [0] * WORLD_SIZE
     # The chosen data overflows some expert at this capacity factor, and each expert
     # processes every assignment routed to it except the dropped ones.

@@ -1,4 +1,4 @@
-"""Chapter 8's training and dropless workers under torchrun, against transformers' layer.
+"""Chapters 8 and 8b's workers (training, dropless) under torchrun, against transformers' layer.
 
 `notebooks/workers/ch08_trainable_ep.py` runs one training step's backward pass with each
 all-to-all and a dropless forward pass. Under the standard launcher, on 4 CPU ranks: the

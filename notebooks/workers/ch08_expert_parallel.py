@@ -172,7 +172,7 @@ def combine(
 def all_to_all(send: torch.Tensor, splits: list[int]) -> torch.Tensor:
     """`dist.all_to_all_single` into a new tensor: `splits[p]` rows to rank p.
 
-    It fills its output in place, and autograd records nothing (step 8).
+    It fills its output in place, and autograd records nothing (step 7).
     """
     received = torch.empty_like(send)
     dist.all_to_all_single(received, send, splits, splits)

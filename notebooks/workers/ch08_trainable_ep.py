@@ -1,7 +1,8 @@
 """Expert parallelism you can train, and a dropless exchange, over real ranks.
 
-Taught in `notebooks/08_expert_parallel.ipynb` (steps 8 to 10), on the
-layer, router and buffers of `ch08_expert_parallel.py`:
+Taught in `notebooks/08_expert_parallel.ipynb` (step 7) and
+`notebooks/08b_balance_or_drop_nothing.ipynb`, on the layer, router and
+buffers of `ch08_expert_parallel.py`:
 
 - `expert_parallel_gradients` runs the capacity layer forward and backward,
   with either `dist.all_to_all_single` (which writes into its output and
