@@ -10,7 +10,9 @@ reads those and `emulator`, and `pages` reads any part but `runtime`; nothing re
   (wait for a result by copying it to the host; chapters 1, 11, 15), `background` (another program
   with a clock, chapter 18), `offline` (the network guard of the tests), `setup_check` (the
   learner's set-up check), `port_check` (a port's launch lines as each rank would run them,
-  chapter 6), `tiny_models` (the book's tiny Qwen3 sizes, spelled once).
+  chapter 6), `tiny_models` (the book's tiny Qwen3 sizes, spelled once), `cpu_roofline` (this
+  CPU's measured peak and bandwidth, chapter 15 and the appendix *Measuring this CPU*),
+  `tiny_decoder` (chapter 15's tiny decoder and training step, rebuilt by chapter 15b).
 - `calc`: the book's calculators, pure functions of a chip table. `hardware` (figures with their
   vendor sources), `ici` (collective times on a torus, chapters 5, 7, 9), `plan` (memory, bytes
   and step time of a sharded run, chapter 9), `titan` (a plan as TorchTitan flags, chapter 19),
