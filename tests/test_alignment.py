@@ -353,6 +353,7 @@ def test_cheat_sheet_links_to_pages_that_exist() -> None:
     page = cheat_sheet_markdown()
     for target in (
         "../notebooks/13_hardware_friendly_dimensions.ipynb",
+        "../notebooks/03b_bfloat16_and_float32_matmuls.ipynb",
         "../notebooks/reference_hardware.ipynb",
     ):
         assert f"]({target})" in page

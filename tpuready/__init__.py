@@ -20,7 +20,7 @@ reads those and `emulator`, and `pages` reads any part but `runtime`; nothing re
   (chapter 15), `serving` (vLLM's TPU buckets, chapter 16), `inference` (KV cache, chapter 17).
 - `inspection`: looking inside a run. `dispatch` (aten operators, chapter 2), `syncs` (host
   syncs and graph breaks, chapter 4), `compile_trace` (compilations under `TORCH_TRACE`,
-  chapter 12), `check` (the book's relative error and a model of bf16 matmul passes, chapters 1, 3).
+  chapter 12), `check` (the book's relative error and bf16 matmul passes, chapters 1 and 3b).
 - `audit`: the portability audit (`python -m tpuready audit-source PATH...`, chapter 1) and its
   fixer (`--fix`): `sources` reads files, `syntax` holds the shared readers and tables, `walker`
   walks a file, `rules` holds one check per rule, `report` prints, `fix*` rewrite.

@@ -161,7 +161,9 @@ def cheat_sheet_markdown() -> str:
         "gives each chip's tile, the share of the work that common model dimensions make "
         "useful, how many tokens per device a matmul needs to be compute-bound at all, and the "
         "rules of thumb with their sources. "
-        "[Chapter 13](../notebooks/13_hardware_friendly_dimensions.ipynb) teaches all of it; "
+        "[Chapter 13](../notebooks/13_hardware_friendly_dimensions.ipynb) teaches all of it "
+        "but the dtype rules, which "
+        "[chapter 3b](../notebooks/03b_bfloat16_and_float32_matmuls.ipynb) teaches; "
         "the chips' other figures are on the "
         "[hardware figures](../notebooks/reference_hardware.ipynb) page.",
         "",
