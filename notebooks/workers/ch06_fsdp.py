@@ -225,20 +225,6 @@ def build_sharded_model(
     return model
 
 
-def block_bytes_after_forward(
-    model: TinyTransformer,
-    reshard_after_forward: bool,
-    rank: int,
-    world_size: int,
-) -> int:
-    """Bytes the blocks' parameters hold on this rank after a forward pass."""
-    for block in model.blocks:
-        block.set_reshard_after_forward(reshard_after_forward)
-    tokens, _ = make_batches(1)[0]
-    model(tokens.chunk(world_size)[rank])  # forward only, no backward
-    return local_bytes(list(model.blocks.parameters()))
-
-
 def fsdp_worker(
     rank: int, world_size: int, num_steps: int = NUM_STEPS
 ) -> dict:
@@ -260,11 +246,6 @@ def fsdp_worker(
         name: p.detach().full_tensor().cpu().tolist()
         for name, p in model.named_parameters()
     }
-    # Then a forward with each setting (the training is over).
-    block_bytes = {
-        reshard: block_bytes_after_forward(model, reshard, rank, world_size)
-        for reshard in (True, False)
-    }
     for shard_size in range(2, world_size):
         if world_size % shard_size == 0:
             mesh_2d = init_device_mesh(
@@ -275,21 +256,13 @@ def fsdp_worker(
             hsdp_model = build_sharded_model(mesh_2d)
             _, hsdp_opt = train(hsdp_model, batches[:1], rank, world_size)
             memory[shard_size] = memory_by_kind(hsdp_model, hsdp_opt)
-    # The same steps with parameters all-gathered and used in bfloat16.
-    bf16_policy = MixedPrecisionPolicy(
-        param_dtype=torch.bfloat16, reduce_dtype=torch.float32
-    )
-    bf16_model = build_sharded_model(mesh, mp_policy=bf16_policy)
-    bf16_losses, _ = train(bf16_model, batches, rank, world_size)
     return {
         "rank": rank,
         "device_type": device_type,  # where this rank computed
         "losses": losses,
-        "bf16_losses": bf16_losses,
         "memory": memory,
         "meta_left": meta_left,
         "sharded": sharded,
-        "block_bytes_after_forward": block_bytes,
         "final_weights": final_weights if rank == 0 else None,
     }
 
@@ -301,7 +274,7 @@ def main() -> None:
     result = fsdp_worker(rank, world_size)
     dist.destroy_process_group()
     if rank == 0:
-        keys = ("losses", "bf16_losses", "memory", "final_weights")
+        keys = ("losses", "memory", "final_weights")
         print(json.dumps({key: result[key] for key in keys}))
 
 

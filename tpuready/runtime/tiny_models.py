@@ -8,7 +8,7 @@ inside the functions: importing `tpuready` does not import it.
 
 - `TINY_QWEN3`: the smallest dense Qwen3 (vocabulary 128, 2 layers of width 32): the set-up
   check and chapter 3's first forward pass (`tpuready.runtime.setup_check`), chapter 2's
-  dispatcher tour, chapter 6's FSDP practice (`notebooks/workers/ch06_fsdp_practice.py`).
+  dispatcher tour, chapter 6b's FSDP2 training script (`notebooks/workers/ch06b_fsdp_practice.py`).
 - `TENSOR_PARALLEL_QWEN3`: 8 attention heads and 4 KV heads, so 2 or 4 ranks split both
   (`notebooks/workers/ch07_qwen3_tp_plan.py`, chapter 7).
 - `SERVING_QWEN3`: chapter 18's served model, wide enough for vLLM's kernels (head size 32);

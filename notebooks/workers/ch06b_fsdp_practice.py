@@ -1,7 +1,9 @@
-"""Chapter 6, step 8: FSDP2 in practice (`notebooks/06_fsdp2.ipynb`).
+"""Chapter 6b: finish an FSDP2 training script
+(`notebooks/06b_fsdp2_training_script.ipynb`).
 
 What a real training script adds to `fully_shard`, each checked against the
-plain sharded run of `ch06_fsdp`: gradient clipping on DTensor gradients,
+plain sharded run of chapter 6's `ch06_fsdp`: a bfloat16 mixed-precision
+policy, `reshard_after_forward`, gradient clipping on DTensor gradients,
 explicit prefetching, `torch.compile` of each block, and a transformers model
 sharded layer by layer, with and without activation checkpointing.
 `practice_worker` runs on every rank through
@@ -9,7 +11,7 @@ sharded layer by layer, with and without activation checkpointing.
 launcher, where rank 0 prints JSON:
 
     torchrun --standalone --nproc-per-node=2 \\
-        notebooks/workers/ch06_fsdp_practice.py
+        notebooks/workers/ch06b_fsdp_practice.py
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch._dynamo.utils import counters
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from tpuready.runtime.device import compile_backend_for
@@ -34,7 +36,7 @@ from tpuready.runtime.launch import (
 )
 from tpuready.runtime.tiny_models import TINY_QWEN3, tiny_qwen3_config
 
-try:  # imported as workers.ch06_fsdp_practice (the notebook, the tests)
+try:  # imported as workers.ch06b_fsdp_practice (the notebook, the tests)
     from workers import ch06_fsdp
 except ImportError:  # run as a script: torchrun puts this folder on the path
     import ch06_fsdp
@@ -58,6 +60,20 @@ def this_rank_batch(
         tokens.chunk(world_size)[rank].to(device),
         targets.chunk(world_size)[rank].to(device),
     )
+
+
+def block_bytes_after_forward(
+    model: ch06_fsdp.TinyTransformer,
+    reshard_after_forward: bool,
+    rank: int,
+    world_size: int,
+) -> int:
+    """Bytes the blocks' parameters hold on this rank after a forward pass."""
+    for block in model.blocks:
+        block.set_reshard_after_forward(reshard_after_forward)
+    tokens, _ = ch06_fsdp.make_batches(1)[0]
+    model(tokens.chunk(world_size)[rank])  # forward only, no backward
+    return ch06_fsdp.local_bytes(list(model.blocks.parameters()))
 
 
 def clip_after_one_backward(
@@ -172,12 +188,26 @@ def qwen3_reference_loss(input_ids: torch.Tensor) -> float:
 
 
 def practice_worker(rank: int, world_size: int) -> dict:
-    """Each practice on ch06_fsdp's sharded model, then the tiny Qwen3."""
+    """Each knob on ch06_fsdp's sharded model, then the tiny Qwen3."""
     device_type = rank_device().type  # "cuda", "tpu" or "cpu": tpuready chose
     mesh = init_device_mesh(device_type, (world_size,))
     batches = ch06_fsdp.make_batches()
-    plain_losses, _ = ch06_fsdp.train(
-        ch06_fsdp.build_sharded_model(mesh), batches, rank, world_size
+    plain = ch06_fsdp.build_sharded_model(mesh)
+    plain_losses, _ = ch06_fsdp.train(plain, batches, rank, world_size)
+    # Then a forward with each setting (the training is over).
+    block_bytes = {
+        reshard: block_bytes_after_forward(plain, reshard, rank, world_size)
+        for reshard in (True, False)
+    }
+    # The same steps with parameters all-gathered and used in bfloat16.
+    bf16_policy = MixedPrecisionPolicy(
+        param_dtype=torch.bfloat16, reduce_dtype=torch.float32
+    )
+    bf16_losses, _ = ch06_fsdp.train(
+        ch06_fsdp.build_sharded_model(mesh, mp_policy=bf16_policy),
+        batches,
+        rank,
+        world_size,
     )
     clipped = clip_after_one_backward(
         ch06_fsdp.build_sharded_model(mesh),
@@ -202,34 +232,36 @@ def practice_worker(rank: int, world_size: int) -> dict:
     compiled_losses, _ = ch06_fsdp.train(compiled, batches, rank, world_size)
     graphs = counters["stats"]["unique_graphs"]
     graph_breaks = dict(counters["graph_break"])
-    plain = qwen3_run(mesh, rank, world_size, checkpointing=False)
+    qwen3 = qwen3_run(mesh, rank, world_size, checkpointing=False)
     checkpointed = qwen3_run(mesh, rank, world_size, checkpointing=True)
     gradient_difference = max(
         (a - b).abs().max().item()
         for a, b in zip(
-            plain["gradients"], checkpointed["gradients"], strict=True
+            qwen3["gradients"], checkpointed["gradients"], strict=True
         )
     )
     return {
         "rank": rank,
         "device_type": device_type,  # where this rank computed
         "plain_losses": plain_losses,
+        "bf16_losses": bf16_losses,
+        "block_bytes_after_forward": block_bytes,
         "clipped": clipped,
         "clipped_unsharded": clipped_unsharded,
         "prefetch_losses": prefetch_losses,
         "compiled_losses": compiled_losses,
         "compiled_graphs": graphs,
         "compiled_graph_breaks": graph_breaks,
-        "qwen3_layers": plain["layers"],
-        "qwen3_tied": plain["tied"],
-        "qwen3_loss": plain["loss"],
+        "qwen3_layers": qwen3["layers"],
+        "qwen3_tied": qwen3["tied"],
+        "qwen3_loss": qwen3["loss"],
         "qwen3_checkpointed_loss": checkpointed["loss"],
-        "qwen3_reference_loss": qwen3_reference_loss(plain["input_ids"]),
-        "qwen3_saved_bytes": plain["saved_bytes"],
+        "qwen3_reference_loss": qwen3_reference_loss(qwen3["input_ids"]),
+        "qwen3_saved_bytes": qwen3["saved_bytes"],
         "qwen3_checkpointed_saved_bytes": checkpointed["saved_bytes"],
         "qwen3_gradient_difference": gradient_difference,
         "qwen3_largest_gradient": max(
-            g.abs().max().item() for g in plain["gradients"]
+            g.abs().max().item() for g in qwen3["gradients"]
         ),
     }
 
