@@ -487,7 +487,7 @@ def test_every_plot_has_a_description(path: Path) -> None:
 # code must say, in its prose, that it is untested on TorchTPU.
 # (A signature's `pin_memory=None`, as chapter 2 prints one, is not a use.) `torch.load` to a
 # device makes torch.serialization call `torch.tpu.is_available()` and `device_count()` for a
-# `tpu` location (chapter 1, step 11); loading to the host is the tested route.
+# `tpu` location (chapter 1b, step 4); loading to the host is the tested route.
 UNTESTED_ON_TPU = {
     "pin_memory": re.compile(r"\bpin_memory=(?!None\b|False\b)"),
     "device_map": re.compile(r"\bdevice_map=(?!None\b)"),

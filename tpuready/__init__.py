@@ -20,14 +20,15 @@ reads those and `emulator`, and `pages` reads any part but `runtime`; nothing re
   (chapter 15), `serving` (vLLM's TPU buckets, chapter 16), `inference` (KV cache, chapter 17).
 - `inspection`: looking inside a run. `dispatch` (aten operators, chapter 2), `syncs` (host
   syncs and graph breaks, chapter 4), `compile_trace` (compilations under `TORCH_TRACE`,
-  chapter 12), `check` (the book's relative error and bf16 matmul passes, chapters 1 and 3b).
-- `audit`: the portability audit (`python -m tpuready audit-source PATH...`, chapter 1) and its
+  chapter 12), `check` (the book's relative error and a model of bf16 matmul passes,
+  chapters 1b, 3b).
+- `audit`: the portability audit (`python -m tpuready audit-source PATH...`, chapter 1b) and its
   fixer (`--fix`): `sources` reads files, `syntax` holds the shared readers and tables, `walker`
   walks a file, `rules` holds one check per rule, `report` prints, `fix*` rewrite.
 - `pages`: the Markdown the book's reference pages show, rendered from the modules above, and
   `verification` (the records of where the notebooks ran, checked with pydantic, and their page).
 - `emulator`: the emulated TPU, a `tpu` device on the CPU with TorchTPU 0.2.0's documented rules,
-  loaded by `import torch` when `TPUREADY_EMULATE_TPU=1` (chapter 1; CI runs every notebook on it).
+  loaded by `import torch` when `TPUREADY_EMULATE_TPU=1` (chapter 1b; CI runs every notebook on it).
 - `validate` (one check of calculator arguments and one error family, `InputError`) and
   `accelerator_api` (CUDA-only calls and their `torch.accelerator` spellings) sit at the top,
   for the parts that read them.

@@ -1,7 +1,8 @@
 """The map from CUDA-only calls to their device-agnostic `torch.accelerator` equivalents.
 
-One table serves the book twice: chapter 1 (`notebooks/01_device_agnostic_basics.ipynb`)
-renders it for the reader, and the source audit suggests its replacements.
+One table serves the book twice: chapter 1b
+(`notebooks/01b_train_save_and_audit_on_any_device.ipynb`) renders it for the reader, and the
+source audit suggests its replacements.
 For every call the table also says what the same name under `torch.tpu` is in TorchTPU 0.2.0:
 refused with a RuntimeError, in its public API, or not in its public API (where nothing more is
 known, the table says so rather than leave a blank). Facts about TorchTPU come from its 0.2.0
