@@ -12,7 +12,7 @@ from conftest import REPOSITORY, read_notebook
 BOOK_PAGES = sorted((REPOSITORY / "book").rglob("*.md"))
 # Keyed by the file name's first token: "01", or "01b" for a chapter split off chapter 1.
 CHAPTER_FILES = {
-    path.name.split("_")[0]: path for path in (REPOSITORY / "notebooks").glob("[0-9][0-9]*_*")
+    path.name.split("_")[0]: path for path in (REPOSITORY / "notebooks").glob("[0-9][0-9]*_*.ipynb")
 }
 
 
@@ -29,7 +29,7 @@ def test_pages_send_readers_to_recompile_coverage_only_where_it_exists() -> None
         for sentence in re.split(r"(?<=[.!?])\s", page.read_text()):
             if "recompil" not in sentence.lower():
                 continue
-            for number in re.findall(r"[Cc]hapters? (\d+)", sentence):
+            for number in re.findall(r"[Cc]hapters? (\d+b?)", sentence):
                 said = re.search(rf"[Cc]hapters? {number}[^.]*?recompil", sentence)
                 if said and "recompil" not in chapter_text(number).lower():
                     wrong.append(f"{page.name}: {sentence.strip()[:80]}")
