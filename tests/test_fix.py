@@ -501,6 +501,7 @@ def test_the_book_portable_code_needs_no_change() -> None:
         for name in (
             "01_device_agnostic_basics.ipynb",
             "04_eager_graphs_and_host_syncs.ipynb",
+            "04b_host_syncs.ipynb",
             "09_planning_8192_chips.ipynb",
             "examples/train_portable.py",
         )
