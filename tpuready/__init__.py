@@ -19,7 +19,7 @@ reads those and `emulator`, and `pages` reads any part but `runtime`; nothing re
   `buckets` (padding buckets, chapter 12), `alignment` (MXU tiles, chapter 13), `roofline`
   (chapter 15), `serving` (vLLM's TPU buckets, chapter 16), `inference` (KV cache, chapter 17).
 - `inspection`: looking inside a run. `dispatch` (aten operators, chapter 2), `syncs` (host
-  syncs and graph breaks, chapter 4), `compile_trace` (compilations under `TORCH_TRACE`,
+  syncs and graph breaks, chapters 4 and 4b), `compile_trace` (compilations under `TORCH_TRACE`,
   chapter 12), `check` (the book's relative error and a model of bf16 matmul passes,
   chapters 1b, 3b).
 - `audit`: the portability audit (`python -m tpuready audit-source PATH...`, chapter 1b) and its

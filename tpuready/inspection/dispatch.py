@@ -6,7 +6,7 @@ implement. The chapter first writes a `TorchDispatchMode` of a dozen lines that 
 operator names; `OpRecorder` sees the same calls and adds what that one lacks: input shapes,
 dtypes and output shapes per call, counts per operator in a stable order, a table, `clear()`.
 Reuse it to see what any model runs; to count the calls that make the host wait, use
-`tpuready.inspection.syncs.HostSyncCounter` (chapter 4).
+`tpuready.inspection.syncs.HostSyncCounter` (chapter 4b).
 
     with OpRecorder() as recorder:
         model(inputs)
