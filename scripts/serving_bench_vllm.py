@@ -32,7 +32,7 @@ def main() -> None:
         dtype="float32",  # as saved, as transformers runs it
         generation_config="vllm",
         max_model_len=256,
-        enforce_eager=True,  # chapter 18's settings: no compile warm-up
+        enforce_eager=True,  # chapter 25's settings: no compile warm-up
         enable_prefix_caching=False,  # every run prefills its prompts
         seed=0,
     )

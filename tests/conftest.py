@@ -23,7 +23,7 @@ from tpuready.calc.plan import ModelConfig
 settings.register_profile("tpuready", deadline=None)
 settings.load_profile("tpuready")
 
-# Qwen/Qwen3-235B-A22B's published config.json as a ModelConfig: the model chapters 9, 15 and 19
+# Qwen/Qwen3-235B-A22B's published config.json as a ModelConfig: the model chapters 14, 21 and 26
 # plan, shared by the tests of the planner, the rooflines and the TorchTitan flags.
 QWEN3_235B = ModelConfig(
     name="Qwen3-235B-A22B",

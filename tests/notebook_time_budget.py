@@ -5,7 +5,7 @@ pytest measures for every cell of a notebook (setup, which starts the kernel, an
 budget is checked on the run that enforces it, not on a number stored in the notebook.
 
 A cell tagged `engine-start` starts another program whose start-up a CPU cannot shorten (chapter
-18's vLLM engines, each about 20 s of imports). Its time is reported on its own line and kept out
+25's vLLM engines, each about 20 s of imports). Its time is reported on its own line and kept out
 of the notebook's budget; the cell bounds it with its own timeout, and its prose says why.
 """
 

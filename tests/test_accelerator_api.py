@@ -1,4 +1,4 @@
-"""The CUDA -> torch.accelerator table that chapter 1b renders and the audit suggests from."""
+"""The CUDA -> torch.accelerator table that chapter 2 renders and the audit suggests from."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from tpuready.accelerator_api import (
 )
 from tpuready.pages.accelerator_api import markdown_table
 
-# Chapter 1b's text column is 688 px wide at a 1280 px window, and inline code takes 8.5 px per
+# Chapter 2's text column is 688 px wide at a 1280 px window, and inline code takes 8.5 px per
 # character (measured in Chromium on the built site). A code span cannot wrap, so the widest
 # span plus the status column (its longest word, about 110 px) and the cell padding (32 px)
 # must fit: 56 characters leave room, the 51 of the longest replacement today fit.

@@ -352,8 +352,8 @@ def test_the_page_states_the_streamed_rows_one_way() -> None:
 def test_cheat_sheet_links_to_pages_that_exist() -> None:
     page = cheat_sheet_markdown()
     for target in (
-        "../notebooks/13_hardware_friendly_dimensions.ipynb",
-        "../notebooks/03b_bfloat16_and_float32_matmuls.ipynb",
+        "../notebooks/18_hardware_friendly_dimensions.ipynb",
+        "../notebooks/05_bfloat16_and_float32_matmuls.ipynb",
         "../notebooks/reference_hardware.ipynb",
     ):
         assert f"]({target})" in page

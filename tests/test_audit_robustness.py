@@ -495,6 +495,6 @@ def test_an_invalid_exclude_pattern_is_a_usage_error_naming_it(
 )
 def test_a_conditional_expression_of_plain_values_is_walked(branches: str) -> None:
     """Its branches are constants of every kind: a float once crashed the walker (found while
-    porting chapter 6's tolerances, `1e-05 if ranks_device_type == "cpu" else 0.01`)."""
+    porting chapter 9's tolerances, `1e-05 if ranks_device_type == "cpu" else 0.01`)."""
     findings = audit.audit_code(f"import torch\nvalue = {branches}\n")
     assert all(finding.line == 2 for finding in findings)

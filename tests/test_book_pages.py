@@ -10,17 +10,12 @@ import yaml
 from conftest import REPOSITORY, read_notebook
 
 BOOK_PAGES = sorted((REPOSITORY / "book").rglob("*.md"))
-# Keyed by the file name's first token: "01", or "01b" for a chapter split off chapter 1.
-CHAPTER_FILES = {
-    path.name.split("_")[0]: path for path in (REPOSITORY / "notebooks").glob("[0-9][0-9]*_*.ipynb")
-}
+CHAPTER_FILES = {path.name[:2]: path for path in (REPOSITORY / "notebooks").glob("[0-9][0-9]_*")}
 
 
 def chapter_text(number: str) -> str:
-    """The sources of chapter `number`: "3", "03" or "1b"."""
-    digits = number.rstrip("b")
-    key = f"{int(digits):02d}{number[len(digits) :]}"
-    return "\n".join(cell.source for cell in read_notebook(CHAPTER_FILES[key]).cells)
+    """The sources of chapter `number` ("3" or "03")."""
+    return "\n".join(cell.source for cell in read_notebook(CHAPTER_FILES[number.zfill(2)]).cells)
 
 
 def test_pages_send_readers_to_recompile_coverage_only_where_it_exists() -> None:
@@ -29,7 +24,7 @@ def test_pages_send_readers_to_recompile_coverage_only_where_it_exists() -> None
         for sentence in re.split(r"(?<=[.!?])\s", page.read_text()):
             if "recompil" not in sentence.lower():
                 continue
-            for number in re.findall(r"[Cc]hapters? (\d+b?)", sentence):
+            for number in re.findall(r"[Cc]hapters? (\d+)", sentence):
                 said = re.search(rf"[Cc]hapters? {number}[^.]*?recompil", sentence)
                 if said and "recompil" not in chapter_text(number).lower():
                     wrong.append(f"{page.name}: {sentence.strip()[:80]}")
@@ -112,7 +107,21 @@ def test_glue_keys_the_pages_name_exist() -> None:
 AGENDAS = REPOSITORY / "book" / "workshop" / "agendas.md"
 AGENDA_TIME = re.compile(r"^(\d+):(\d\d)-(\d+):(\d\d)$")
 MAX_MINUTES_WITHOUT_A_BREAK = 90
-PARTS = {"I": range(1, 5), "II": range(5, 11), "III": range(11, 16)}
+
+
+def chapters_of_parts() -> dict[str, list[int]]:
+    """Part I, II and III's chapter numbers, read from the table of contents."""
+    toc = yaml.safe_load((REPOSITORY / "_toc.yml").read_text())
+    parts = {}
+    for part in toc["parts"]:
+        numeral = part["caption"].split(".")[0]
+        if numeral in ("I", "II", "III"):
+            files = [chapter["file"] for chapter in part["chapters"]]
+            parts[numeral] = [int(f[10:12]) for f in files if re.match(r"notebooks/\d\d_", f)]
+    return parts
+
+
+PARTS = chapters_of_parts()
 
 
 def agenda(heading: str) -> list[dict]:
@@ -189,7 +198,7 @@ def test_the_glossary_is_sorted_and_names_the_terms_the_issue_asked_for() -> Non
 def test_each_glossary_term_is_used_by_the_chapters_it_names() -> None:
     wrong = []
     for term, text in glossary_entries().items():
-        named = re.findall(r"Chapters? (\d+b?)(?: (?:and|to) (\d+b?))?", text)
+        named = re.findall(r"Chapters? (\d+)(?: (?:and|to) (\d+))?", text)
         for first, second in named:
             for number in {first, second or first}:
                 chapter = chapter_text(number).lower()

@@ -1,4 +1,4 @@
-"""Tests for tpuready.inspection.dispatch: the operator recorder used in chapter 2 and later."""
+"""Tests for tpuready.inspection.dispatch: the operator recorder used in chapter 3 and later."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_records_only_inside_its_block_backward_included() -> None:
 
 
 class _NamesOnly(TorchDispatchMode):
-    """The dozen-line recorder chapter 2 writes before it introduces OpRecorder."""
+    """The dozen-line recorder chapter 3 writes before it introduces OpRecorder."""
 
     def __init__(self) -> None:
         super().__init__()

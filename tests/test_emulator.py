@@ -629,8 +629,8 @@ def test_claims_of_jobs_that_ended_long_ago_are_removed(tmp_path: Path) -> None:
 
 
 def _torchrun_chapter_5(extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Chapter 5's worker file under torchrun, 4 ranks, on the emulated TPU."""
-    script = REPOSITORY / "notebooks" / "workers" / "ch05_sharded_matmul.py"
+    """Chapter 8's worker file under torchrun, 4 ranks, on the emulated TPU."""
+    script = REPOSITORY / "notebooks" / "workers" / "ch08_sharded_matmul.py"
     environment = {
         **os.environ,
         "TPUREADY_EMULATE_TPU": "1",
@@ -654,14 +654,14 @@ def _torchrun_chapter_5(extra: dict[str, str]) -> subprocess.CompletedProcess[st
 def test_torchrun_on_the_emulated_tpu_needs_the_launch_environment() -> None:
     """TorchTPU's ranks need launch variables from their parent: torchrun alone fails with
     its message, and with them (what `python -m torch.tpu.distributed` prints on a TPU VM;
-    here the emulator's own variable) chapter 5's file runs on tpu_dist and gives the product."""
+    here the emulator's own variable) chapter 8's file runs on tpu_dist and gives the product."""
     import torch
 
     from tpuready.emulator.distributed import LAUNCH_VARIABLE
 
     sys.path.insert(0, str(REPOSITORY / "notebooks"))
     try:
-        from workers.ch05_sharded_matmul import make_operands
+        from workers.ch08_sharded_matmul import make_operands
     finally:
         sys.path.remove(str(REPOSITORY / "notebooks"))
     without = _torchrun_chapter_5({})

@@ -500,10 +500,10 @@ def test_the_book_portable_code_needs_no_change() -> None:
         str(notebooks / name)
         for name in (
             "01_device_agnostic_basics.ipynb",
-            "01b_train_save_and_audit_on_any_device.ipynb",
-            "04_eager_graphs_and_host_syncs.ipynb",
-            "04b_host_syncs.ipynb",
-            "09_planning_8192_chips.ipynb",
+            "02_train_save_and_audit_on_any_device.ipynb",
+            "06_graph_breaks.ipynb",
+            "07_host_syncs.ipynb",
+            "14_planning_8192_chips.ipynb",
             "examples/train_portable.py",
         )
     ]

@@ -568,7 +568,7 @@ def test_the_peak_of_a_tpu_v7_device_is_half_the_chips(monkeypatch) -> None:
 
 
 def test_a_cpu_has_no_peak_in_the_table() -> None:
-    with pytest.raises(NoPeakFigureError, match="measure it with a large matmul, as chapter 15"):
+    with pytest.raises(NoPeakFigureError, match="measure it with a large matmul, as chapter 21"):
         device_peak_flops_per_second(torch.device("cpu"))
     with pytest.raises(NoPeakFigureError, match="'mps' devices"):
         device_peak_flops_per_second("mps")

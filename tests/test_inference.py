@@ -28,7 +28,7 @@ LLAMA2_13B = ModelConfig(
     name="llama-2-13b", num_layers=40, hidden_size=5120, num_heads=40, num_kv_heads=40,
     head_dim=128, num_experts=1, experts_per_token=1, expert_ffn_size=13824, vocab_size=32000,
 )  # fmt: skip
-# Qwen3-235B-A22B from its config.json (chapter 9's model).
+# Qwen3-235B-A22B from its config.json (chapter 14's model).
 QWEN3_235B = ModelConfig(
     name="qwen3-235b-a22b", num_layers=94, hidden_size=4096, num_heads=64, num_kv_heads=4,
     head_dim=128, num_experts=128, experts_per_token=8, expert_ffn_size=1536,
@@ -171,7 +171,7 @@ def test_a_tensor_parallel_size_that_splits_no_kv_head_evenly_is_refused() -> No
         kv_head_replicas(4, 6)
 
 
-# Qwen3-235B-A22B on TPU v7 (two devices a chip) at 4,096 tokens (chapter 17). Tensor parallel
+# Qwen3-235B-A22B on TPU v7 (two devices a chip) at 4,096 tokens (chapter 24). Tensor parallel
 # attention over all the devices copies its 4 KV heads 2, 4 and 8 times; data-parallel attention
 # in groups of 4 devices copies none. (Without the copied K and V projections' weights the
 # tensor-parallel batches would be 172, 321 and 396, as issue 37's review computed.)

@@ -31,9 +31,9 @@ from conftest import NOTEBOOK_DIR, REPOSITORY, read_notebook
 pytestmark = pytest.mark.browser
 
 NOTEBOOK = NOTEBOOK_DIR / "01_device_agnostic_basics.ipynb"
-# The learners' copy of chapter 12 (the chapter with the most glued numbers), as the workshop
+# The learners' copy of chapter 17 (the chapter with the most glued numbers), as the workshop
 # bundle and the site's download button give it: book/_ext/workshop_bundle.py.
-LEARNER_SOURCE = NOTEBOOK_DIR / "12_padding_and_bucketing.ipynb"
+LEARNER_SOURCE = NOTEBOOK_DIR / "17_padding_and_bucketing.ipynb"
 LEARNER_NOTEBOOK = "12_learner_copy.ipynb"
 GLUE_KEY = re.compile(r"\b(?:ch\d\d|hw)_[a-z0-9_]+\b")
 STARTUP_TIMEOUT_SECONDS = 60.0
@@ -76,7 +76,7 @@ def run_all_notebook() -> dict:
 
 
 def learner_copy() -> nbformat.NotebookNode:
-    """Chapter 12 with its numbers in the text, as the workshop bundle holds it."""
+    """Chapter 17 with its numbers in the text, as the workshop bundle holds it."""
     sys.path.insert(0, str(REPOSITORY / "book" / "_ext"))
     try:
         from workshop_bundle import learner_notebook

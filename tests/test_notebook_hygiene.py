@@ -18,7 +18,7 @@ from conftest import REPOSITORY, all_notebook_paths, read_notebook
 from tpuready.audit.sources import CUDA_ON_PURPOSE_TAG
 
 # 00_setup_check is a tool a learner runs first, not a lesson: it has no exercises.
-CHAPTER_NAME = re.compile(r"^(?!00_)\d\d[b]?_[a-z0-9_]+\.ipynb$")  # b: a split in progress
+CHAPTER_NAME = re.compile(r"^(?!00_)\d\d_[a-z0-9_]+\.ipynb$")
 NBVAL_MARKERS = {"# NBVAL_IGNORE_OUTPUT", "# NBVAL_CHECK_OUTPUT", "# NBVAL_SKIP"}
 CUDA_CALL = re.compile(r"\.cuda\(|torch\.cuda\.")
 # Absolute paths that reveal the machine or the user who executed the notebook.
@@ -173,9 +173,8 @@ class TestChapterShape:
     def test_opens_with_a_title_and_what_it_teaches(self, path: Path) -> None:
         first = read_notebook(path).cells[0]
         assert first.cell_type == "markdown" and first.source.startswith("# ")
-        # The number the prose calls it by ("chapter 3") is in the title and the sidebar.
-        token = path.name.split("_")[0]
-        number = f"{int(token[:2])}{token[2:]}"
+        # The number the prose calls it by ("chapter 4") is in the title and the sidebar.
+        number = int(path.name[:2])
         assert first.source.startswith(f"# {number}. "), f"the title lacks '{number}. '"
         for heading in ("What you'll do", "What you'll learn", "What you'll need"):
             assert heading in first.source, f"the opening lacks '{heading}'"
@@ -192,8 +191,8 @@ class TestChapterShape:
 # ---------------------------------------------------------------------------------------------
 # Numbers in prose come from outputs (myst-nb glue). See CONTRIBUTING.md, "Numbers in prose".
 
-# A number right after one of these words is a name, not a result: "chapter 3", "step 4",
-# "Python 3.11", "PEP 8", "PCIe 4.0". Lists after them count too ("chapters 1 and 3").
+# A number right after one of these words is a name, not a result: "chapter 4", "step 4",
+# "Python 3.11", "PEP 8", "PCIe 4.0". Lists after them count too ("chapters 1 and 4").
 NAME_WORDS = (
     "chapter|chapters|Chapter|Chapters|Part|Parts|part|step|steps|Step|Steps|exercise|Exercise|"
     "exercises|Exercises|PEP|issue|Issue|issues|#|version|Python|torch|PyTorch|TorchTPU|"
@@ -261,7 +260,7 @@ def unglued_numbers(markdown: str) -> list[str]:
         if re.fullmatch(r"\d+\.\d+\.\d+", token) or re.fullmatch(r"(19|20)\d\d", token):
             continue  # a version (0.2.0) or a year
         if re.match(r"^-[Dd]\b", after) or AFTER_NAME_WORD.search(before):
-            continue  # "2-D", "chapter 3", "Python 3.11"
+            continue  # "2-D", "chapter 4", "Python 3.11"
         if re.fullmatch(r"\d", token) and not is_ratio_or_unit:
             continue  # a small count such as "4 ranks"
         spaced = unit is not None and unit.group()[:1].isspace()
@@ -274,7 +273,7 @@ def unglued_numbers(markdown: str) -> list[str]:
     [
         ("It took 14.75 ms, 7\u00d7 slower.", ["14.75 ms", "7\u00d7"]),
         ("11,000 times faster; 676 overloads", ["11,000 times", "676"]),
-        ("See chapter 3, steps 2 and 4, Python 3.11, torch 2.13 and 0.2.0 (2026).", []),
+        ("See chapter 4, steps 2 and 4, Python 3.11, torch 2.13 and 0.2.0 (2026).", []),
         ("float32 and bf16 on v5e, a 2-D mesh of 4 ranks", []),
         ("Glued: {glue:text}`ch01_ratio:.1f` and `x = 128` and $2^{-8}$", []),
         ("```python\nx = 1234\n```\nafter 99 steps", ["99"]),
@@ -359,7 +358,7 @@ class TestExercises:
     def test_prompts_are_labelled_and_name_what_to_define(self, path: Path) -> None:
         exercises = exercises_of(path)
         assert exercises, "a chapter closes with exercises"
-        prefix = f"ch{path.name.split('_')[0]}-"
+        prefix = f"ch{path.name[:2]}-"
         for label, names, _, _ in exercises:
             assert label.startswith(prefix), f"exercise label {label!r} must start with {prefix}"
             assert names, f"{label}: the prompt needs a line '**Define:** `name`, ...'"
@@ -485,9 +484,9 @@ def test_every_plot_has_a_description(path: Path) -> None:
 
 # Loader and loading options this book has run only on a CPU: a notebook that uses one in
 # code must say, in its prose, that it is untested on TorchTPU.
-# (A signature's `pin_memory=None`, as chapter 2 prints one, is not a use.) `torch.load` to a
+# (A signature's `pin_memory=None`, as chapter 3 prints one, is not a use.) `torch.load` to a
 # device makes torch.serialization call `torch.tpu.is_available()` and `device_count()` for a
-# `tpu` location (chapter 1b, step 4); loading to the host is the tested route.
+# `tpu` location (chapter 2, step 4); loading to the host is the tested route.
 UNTESTED_ON_TPU = {
     "pin_memory": re.compile(r"\bpin_memory=(?!None\b|False\b)"),
     "device_map": re.compile(r"\bdevice_map=(?!None\b)"),

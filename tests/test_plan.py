@@ -290,7 +290,7 @@ def test_an_axis_of_size_one_moves_nothing(sizes):
 
 def test_state_is_fsdp2s_sixteen_bytes_a_parameter():
     # FSDP2 keeps the fp32 shard (the master copy), its fp32 gradient and AdamW's two fp32
-    # moments; chapter 6 measures the same 16. A separate bf16 copy of the shard would be 18.
+    # moments; chapter 9 measures the same 16. A separate bf16 copy of the shard would be 18.
     assert sum(BYTES_PER_PARAM_STATE.values()) == 16
     assert set(BYTES_PER_PARAM_STATE) == {"params_fp32", "gradients_fp32", "adamw_fp32"}
 
@@ -316,7 +316,7 @@ def test_a_plan_fits_only_with_headroom_left() -> None:
 
 
 def test_chapter_9s_candidates_each_plan_8192_chips_on_their_layout():
-    # Chapters 9 and 15 read this one list: every mesh must plan for the announcement's 8,192
+    # Chapters 14 and 21 read this one list: every mesh must plan for the announcement's 8,192
     # v7 chips, and a candidate with axis shapes must be laid out otherwise than by default.
     assert len(CANDIDATE_MESHES) == 7
     workload = {"num_chips": 8192, "global_batch": 8192, "seq_len": 4096}

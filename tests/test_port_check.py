@@ -1,4 +1,4 @@
-"""tpuready.runtime.port_check grades what a port does on each host, not how it reads (chapter 6).
+"""tpuready.runtime.port_check grades what a port does on each host, not how it reads (chapter 9).
 
 `devices_per_rank` runs a port's launch lines once per local rank on a TorchTPU host (one `tpu`
 device per process) and on a multi-device host (CUDA's model, one device per rank). Every
@@ -30,7 +30,7 @@ device = torch.device(device_type, index)
 dist.init_process_group()
 model = model.to(device)
 """
-# The book's launcher, as chapter 6's workers use it.
+# The book's launcher, as chapter 9's workers use it.
 LAUNCHER_PORT = """
 from tpuready.runtime.launch import init_rank, rank_device
 init_rank()

@@ -30,9 +30,9 @@ def toc_entries() -> list[str]:
 
 
 def chapter_entries() -> list[str]:
-    """The chapters of parts I to III: numbered notebooks (a split's `03b_` too) and the parts'
+    """The chapters of parts I to III: numbered notebooks and the parts'
     opening pages."""
-    return [entry for entry in toc_entries() if re.match(r"notebooks/\d\db?_|book/part\d", entry)]
+    return [entry for entry in toc_entries() if re.match(r"notebooks/\d\d_|book/part\d", entry)]
 
 
 def markdown_of(entry: str) -> str:

@@ -1,7 +1,7 @@
 """`tpuready.calc.roofline`: intensities worked by hand, roofline properties, MFU, bad input.
 
 The hand-worked cases write each count out in full, so a wrong formula cannot pass by agreeing
-with itself. The last tests check the module against chapter 9's plan: the book's assumed run
+with itself. The last tests check the module against chapter 14's plan: the book's assumed run
 (the announcement's 28 % MFU, taken at the bf16 peak on all of its 8,192 TPU v7x chips) gives
 the same tokens per second through both modules, which fails if the plan's MFU counted other
 FLOPs or another peak than `tokens_per_second` does.
@@ -140,7 +140,7 @@ def test_mfu_of_exactly_the_peak_is_one() -> None:
 
 
 def test_mfu_above_one_is_refused_with_its_inputs_and_the_likely_cause() -> None:
-    # Chapter 15's mistake on an accelerator: a CPU's measured peak (about 1e11 FLOP/s)
+    # Chapter 21's mistake on an accelerator: a CPU's measured peak (about 1e11 FLOP/s)
     # against the step time of a GPU that did 6e12 FLOPs in 0.02 s (3e14 FLOP/s).
     with pytest.raises(RooflineError) as error:
         mfu(6e12, 0.02, 1e11)
@@ -281,10 +281,10 @@ def test_unknown_chip_name_is_refused_by_the_hardware_table() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The announcement, through this module and through chapter 9's plan
+# The announcement, through this module and through chapter 14's plan
 
 ANNOUNCED_CHIPS, ANNOUNCED_MFU = 8192, 0.28
-GLOBAL_BATCH, SEQ_LEN = 8192, 4096  # chapter 9's workload
+GLOBAL_BATCH, SEQ_LEN = 8192, 4096  # chapter 14's workload
 
 
 @pytest.mark.parametrize(
@@ -309,7 +309,7 @@ def test_announced_mfu_gives_chapter_9s_tokens_per_second(mesh: dict[str, int]) 
         QWEN3_235B.flops_per_token(SEQ_LEN),
     )
     assert math.isclose(from_roofline, from_plan, rel_tol=1e-12)
-    assert 31e6 < from_roofline < 32e6  # chapter 9 prints 31,638,502
+    assert 31e6 < from_roofline < 32e6  # chapter 14 prints 31,638,502
 
 
 def test_mfu_of_a_planned_step_matches_the_plan() -> None:

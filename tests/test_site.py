@@ -38,7 +38,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 SITE = REPOSITORY / "_build" / "html"
 SCREENSHOTS = REPOSITORY / "_build" / "screenshots"
 CHAPTER_1 = "notebooks/01_device_agnostic_basics.html"
-CHAPTER_3B = "notebooks/03b_bfloat16_and_float32_matmuls.html"  # the chapter with the most math
+CHAPTER_4B = "notebooks/05_bfloat16_and_float32_matmuls.html"  # the chapter with the most math
 DESKTOP_WIDTH = 1280
 PHONE_WIDTH = 390
 # The notebooks keep code and text outputs within this many characters (notebooks/ruff.toml).
@@ -244,7 +244,7 @@ def _linked(site: Path, page: str, suffix: str) -> Path:
     return ((site / page).parent / unquote(urlparse(reference).path)).resolve()
 
 
-@pytest.mark.parametrize("chapter", [CHAPTER_1, "notebooks/12_padding_and_bucketing.html"])
+@pytest.mark.parametrize("chapter", [CHAPTER_1, "notebooks/17_padding_and_bucketing.html"])
 def test_the_downloaded_notebook_is_valid_says_what_it_needs_and_shows_numbers(
     built_site: Path, chapter: str
 ) -> None:
@@ -338,8 +338,8 @@ HANDOUTS = [
 SCREENSHOT_PAGES = {
     "home": "index.html",
     "chapter-01": CHAPTER_1,  # one chapter per part
-    "chapter-05": "notebooks/05_meshes_and_dtensor.html",
-    "chapter-12": "notebooks/12_padding_and_bucketing.html",
+    "chapter-08": "notebooks/08_meshes_and_dtensor.html",
+    "chapter-17": "notebooks/17_padding_and_bucketing.html",
     "workshop": WORKSHOP_PAGE,
     **{f"handout-{path.split('/')[-1][:5]}": path for path in HANDOUTS},
 }
@@ -412,9 +412,9 @@ def test_math_renders_with_no_network(site_url, browser) -> None:
     """MathJax comes from the site itself: with every other host refused, formulas render."""
     page = browser.new_page()
     refused = refuse_other_hosts(page, site_url)
-    page.goto(urljoin(site_url, CHAPTER_3B), wait_until="networkidle")
+    page.goto(urljoin(site_url, CHAPTER_4B), wait_until="networkidle")
     math = page.locator(".bd-article .math")
-    assert math.count() > 0, f"no math on {CHAPTER_3B}: pick a page with formulas"
+    assert math.count() > 0, f"no math on {CHAPTER_4B}: pick a page with formulas"
     typeset = "() => Array.from(document.querySelectorAll('.bd-article .math'))" + (
         ".every(element => element.querySelector('mjx-container'))"
     )
@@ -456,7 +456,7 @@ MEASURE_OVERFLOW = """() => {
 # prose, a chapter with every code style, a generated table, the workshop's tables, a handout.
 CONTRAST_PAGES = {
     "book/intro.html",
-    "notebooks/12_padding_and_bucketing.html",
+    "notebooks/17_padding_and_bucketing.html",
     "notebooks/reference_hardware.html",
     WORKSHOP_PAGE,
     HANDOUTS[0],

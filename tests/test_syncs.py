@@ -125,7 +125,7 @@ def test_print_counts_once_although_dispatch_modes_see_nothing(
 def test_reads_inside_a_kernel_are_not_counted() -> None:
     # torch's CPU grouped_mm reads each of its 4 offsets inside its kernel: the profiler,
     # which records every dispatched op, sees them; the counter watches only the calls the
-    # code makes, so it counts none (the limit chapter 3 states).
+    # code makes, so it counts none (the limit chapter 4 states).
     inputs, weights = torch.randn(10, 8), torch.randn(4, 8, 8)
     offsets = torch.tensor([2, 5, 5, 10], dtype=torch.int32)
     activities = [torch.profiler.ProfilerActivity.CPU]

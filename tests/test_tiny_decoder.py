@@ -1,4 +1,4 @@
-"""`tpuready.runtime.tiny_decoder`: chapter 15's model and step, as chapter 15b rebuilds them."""
+"""`tpuready.runtime.tiny_decoder`: chapter 21's model and step, as chapter 22 rebuilds them."""
 
 from __future__ import annotations
 

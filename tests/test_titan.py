@@ -1,6 +1,6 @@
 """`tpuready.calc.titan`: a plan's TorchTitan flags, checked by hand, by property and by TorchTitan.
 
-The last test runs chapter 19's checker (`notebooks/titan/ch19_check.py`) in the TorchTitan venv:
+The last test runs chapter 26's checker (`notebooks/titan/ch26_check.py`) in the TorchTitan venv:
 TorchTitan 0.3.0's own config classes, `ParallelDims` and mesh construction on a fake process
 group of 16,384 ranks (8,192 v7 chips of two devices) accept the flags `titan_flags` writes and
 reject the mistakes the chapter shows, each naming the flag `rejected_flag` finds.
@@ -35,7 +35,7 @@ from tpuready.calc.titan import (
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 TITAN_PYTHON = REPOSITORY / ".venv-titan" / "bin" / "python"
-CHECKER = REPOSITORY / "notebooks" / "titan" / "ch19_check.py"
+CHECKER = REPOSITORY / "notebooks" / "titan" / "ch26_check.py"
 
 NAMES = {"module": "qwen3_235b", "config": "qwen3_235b_a22b"}
 
@@ -415,7 +415,7 @@ def test_torchtitan_accepts_the_flags_and_rejects_the_mistakes():
         ],
         "module": ["--module", "qwen3_nope", *best[2:]],
     }  # fmt: skip
-    devices = 8192 * 2  # chapter 9's v7 chips, two devices each
+    devices = 8192 * 2  # chapter 14's v7 chips, two devices each
     printed = subprocess.run(
         [str(titan_python()), str(CHECKER), str(devices), json.dumps(
             [{"name": name, "flags": flags} for name, flags in cases.items()]
@@ -453,6 +453,6 @@ def test_torchtitan_accepts_the_flags_and_rejects_the_mistakes():
     }.items():
         assert not results[name]["accepted"], name
         assert rejected_flag(results[name]["message"]) == flag, results[name]
-    # TorchTitan's own 235B-A22B counts the parameters chapter 9 counted from transformers.
+    # TorchTitan's own 235B-A22B counts the parameters chapter 14 counted from transformers.
     assert report["model"]["params"] == QWEN3_235B.total_params
     assert "CUDA" in report["model"]["stopped"]

@@ -1,4 +1,4 @@
-"""Chapter 5's worker runs unchanged under torchrun and gives what the notebook saw.
+"""Chapter 8's worker runs unchanged under torchrun and gives what the notebook saw.
 
 The notebook starts `run_rank` through `tpuready.runtime.launch.run_workers`; the chapter tells
 readers to run the same file with `torchrun`. Both must give every rank the same block, the
@@ -17,7 +17,7 @@ from conftest import NOTEBOOK_DIR, REPOSITORY, run_torchrun
 
 from tpuready.runtime.launch import run_workers
 
-WORKER_FILE = NOTEBOOK_DIR / "workers" / "ch05_sharded_matmul.py"
+WORKER_FILE = NOTEBOOK_DIR / "workers" / "ch08_sharded_matmul.py"
 WORLD_SIZE = 4
 LAUNCH_TIMEOUT_SECONDS = 240
 
@@ -26,12 +26,12 @@ pytestmark = pytest.mark.timeout(2 * LAUNCH_TIMEOUT_SECONDS + 60)
 
 @pytest.fixture(scope="module")
 def worker_module():
-    """The worker module, imported as the notebook imports it (`workers.ch05_...`)."""
+    """The worker module, imported as the notebook imports it (`workers.ch08_...`)."""
     sys.path.insert(0, str(NOTEBOOK_DIR))  # spawned ranks inherit sys.path
     try:
-        from workers import ch05_sharded_matmul
+        from workers import ch08_sharded_matmul
 
-        yield ch05_sharded_matmul
+        yield ch08_sharded_matmul
     finally:
         sys.path.remove(str(NOTEBOOK_DIR))
 

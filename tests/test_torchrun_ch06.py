@@ -1,10 +1,10 @@
-"""Chapter 6's workers under the standard launcher give what the notebook gets.
+"""Chapter 9's workers under the standard launcher give what the notebook gets.
 
-The notebook runs `notebooks/workers/ch06_ddp.py` and `ch06_fsdp.py` through
+The notebook runs `notebooks/workers/ch09_ddp.py` and `ch09_fsdp.py` through
 `tpuready.runtime.launch.run_workers`; readers run the same files with `torchrun`. Each test
 runs a worker both ways on the same number of CPU ranks and compares what rank 0 reports.
 Same code, same data, same gloo sums in the same order, one torch thread per rank (the
-tests' environment): the numbers must be equal, with no tolerance. Chapter 6b's worker has
+tests' environment): the numbers must be equal, with no tolerance. Chapter 10's worker has
 its own test, tests/test_torchrun_ch06b.py.
 """
 
@@ -19,13 +19,13 @@ from conftest import run_torchrun as run_torchrun_with_timeout
 
 from tpuready.runtime.launch import run_workers
 
-# The notebook imports its workers as `workers.ch06_...` from notebooks/; so do we (the
+# The notebook imports its workers as `workers.ch09_...` from notebooks/; so do we (the
 # spawned ranks inherit this path).
 if str(NOTEBOOK_DIR) not in sys.path:
     sys.path.insert(0, str(NOTEBOOK_DIR))
 
-from workers.ch06_ddp import ddp_worker
-from workers.ch06_fsdp import fsdp_worker
+from workers.ch09_ddp import ddp_worker
+from workers.ch09_fsdp import fsdp_worker
 
 # Importing torch and joining the group takes seconds per rank, far more on a busy machine.
 TORCHRUN_TIMEOUT_SECONDS = 300
@@ -37,7 +37,7 @@ def run_torchrun(script: Path, num_ranks: int) -> dict:
 
 
 def test_ddp_worker_under_torchrun_matches_run_workers() -> None:
-    printed = run_torchrun(NOTEBOOK_DIR / "workers" / "ch06_ddp.py", 2)
+    printed = run_torchrun(NOTEBOOK_DIR / "workers" / "ch09_ddp.py", 2)
     results = run_workers(ddp_worker, 2, timeout_seconds=TORCHRUN_TIMEOUT_SECONDS)
     assert printed["world_size"] == 2
     # init_rank() chose gloo on this CPU-only host (tpuready.runtime.launch.choose_rank_placement).
@@ -48,7 +48,7 @@ def test_ddp_worker_under_torchrun_matches_run_workers() -> None:
 
 @pytest.mark.parametrize("num_ranks", [2])
 def test_fsdp_worker_under_torchrun_matches_run_workers(num_ranks: int) -> None:
-    printed = run_torchrun(NOTEBOOK_DIR / "workers" / "ch06_fsdp.py", num_ranks)
+    printed = run_torchrun(NOTEBOOK_DIR / "workers" / "ch09_fsdp.py", num_ranks)
     results = run_workers(fsdp_worker, num_ranks, timeout_seconds=TORCHRUN_TIMEOUT_SECONDS)
     expected = results[0]
     assert printed["losses"] == expected["losses"]

@@ -1,6 +1,6 @@
-"""Chapter 6b's worker under the standard launcher gives what the notebook gets.
+"""Chapter 10's worker under the standard launcher gives what the notebook gets.
 
-`notebooks/06b_fsdp2_training_script.ipynb` runs `notebooks/workers/ch06b_fsdp_practice.py`
+`notebooks/10_fsdp2_training_script.ipynb` runs `notebooks/workers/ch10_fsdp_practice.py`
 through `tpuready.runtime.launch.run_workers`; readers run the same file with `torchrun`. The
 test runs it both ways on two CPU ranks and compares what rank 0 reports: same code, same data,
 same gloo sums in the same order, one torch thread per rank (the tests' environment), so the
@@ -18,13 +18,13 @@ from conftest import run_torchrun as run_torchrun_with_timeout
 
 from tpuready.runtime.launch import run_workers
 
-# The notebook imports its workers as `workers.ch06b_...` from notebooks/; so do we (the
+# The notebook imports its workers as `workers.ch10_...` from notebooks/; so do we (the
 # spawned ranks inherit this path).
 if str(NOTEBOOK_DIR) not in sys.path:
     sys.path.insert(0, str(NOTEBOOK_DIR))
 
-from workers.ch06_fsdp import CONFIG, TinyTransformer
-from workers.ch06b_fsdp_practice import MAX_NORM, practice_worker
+from workers.ch09_fsdp import CONFIG, TinyTransformer
+from workers.ch10_fsdp_practice import MAX_NORM, practice_worker
 
 # Importing torch and joining the group takes seconds per rank, far more on a busy machine.
 TORCHRUN_TIMEOUT_SECONDS = 300
@@ -32,7 +32,7 @@ TORCHRUN_TIMEOUT_SECONDS = 300
 
 def test_practice_worker_under_torchrun_matches_run_workers() -> None:
     printed = run_torchrun_with_timeout(
-        NOTEBOOK_DIR / "workers" / "ch06b_fsdp_practice.py",
+        NOTEBOOK_DIR / "workers" / "ch10_fsdp_practice.py",
         2,
         timeout_seconds=TORCHRUN_TIMEOUT_SECONDS,
     )
@@ -44,7 +44,7 @@ def test_practice_worker_under_torchrun_matches_run_workers() -> None:
     keys = ("plain_losses", "bf16_losses", "prefetch_losses", "compiled_losses", "clipped")
     for key in (*keys, "qwen3_loss"):
         assert printed[key] == expected[key], key
-    # What chapter 6b teaches, as the worker measured it. bfloat16 parameters move the losses
+    # What chapter 10 teaches, as the worker measured it. bfloat16 parameters move the losses
     # (step 1), by less than the notebook's upper bound.
     difference = max(
         abs(a - b) for a, b in zip(expected["plain_losses"], expected["bf16_losses"], strict=True)

@@ -1,6 +1,6 @@
-"""Chapter 8's expert-parallel worker under torchrun gives what the notebook gets.
+"""Chapter 12's expert-parallel worker under torchrun gives what the notebook gets.
 
-The notebook runs `notebooks/workers/ch08_expert_parallel.py` through
+The notebook runs `notebooks/workers/ch12_expert_parallel.py` through
 `tpuready.runtime.launch.run_workers`; the chapter tells readers to run the same file with
 `torchrun`. Same code, same seeded weights and tokens, one torch thread per rank (the worker sets
 it), the same gloo exchanges: the capacities, drops, bytes, received counts and host syncs must be
@@ -20,14 +20,14 @@ from conftest import NOTEBOOK_DIR, run_torchrun
 from tpuready.runtime.launch import run_workers
 from tpuready.runtime.tiny_models import tiny_qwen3_moe_config
 
-# The notebook imports its workers as `workers.ch08_...` from notebooks/; so do we (the
+# The notebook imports its workers as `workers.ch12_...` from notebooks/; so do we (the
 # spawned ranks inherit this path).
 if str(NOTEBOOK_DIR) not in sys.path:
     sys.path.insert(0, str(NOTEBOOK_DIR))
 
-from workers import ch08_expert_parallel as worker
+from workers import ch12_expert_parallel as worker
 
-WORKER_FILE = NOTEBOOK_DIR / "workers" / "ch08_expert_parallel.py"
+WORKER_FILE = NOTEBOOK_DIR / "workers" / "ch12_expert_parallel.py"
 WORLD_SIZE = 4
 # Importing torch and joining the group takes seconds per rank, far more on a busy machine.
 LAUNCH_TIMEOUT_SECONDS = 240
@@ -66,8 +66,8 @@ def test_the_run_drops_tokens_and_sends_the_formula_bytes(from_torchrun) -> None
     # Two all-to-alls per rank (dispatch, combine), each sending (N-1)/N of the buffer.
     per_call = buffer_bytes * (WORLD_SIZE - 1) // WORLD_SIZE
     assert from_torchrun["bytes_to_others"] == [[per_call, per_call]] * WORLD_SIZE
-    # Fixed split sizes: no value is read on the host from routing to combine (chapter 8,
-    # step 4; the dropless path of chapter 8b, step 2, reads two).
+    # Fixed split sizes: no value is read on the host from routing to combine (chapter 12,
+    # step 4; the dropless path of chapter 13, step 2, reads two).
     assert from_torchrun["host_syncs"] == [0] * WORLD_SIZE
     # The chosen data overflows some expert at this capacity factor, and each expert
     # processes every assignment routed to it except the dropped ones.
@@ -83,7 +83,7 @@ def test_kept_tokens_match_transformers_layer(from_run_workers) -> None:
         warnings.filterwarnings("ignore", message="IProgress not found")
         from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
 
-    config = tiny_qwen3_moe_config(  # renormalised top-k, eager experts: chapter 8's layer
+    config = tiny_qwen3_moe_config(  # renormalised top-k, eager experts: chapter 12's layer
         hidden_size=worker.HIDDEN_SIZE,
         num_experts=worker.NUM_EXPERTS,
         num_experts_per_tok=worker.TOP_K,

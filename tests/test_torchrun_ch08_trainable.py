@@ -1,6 +1,6 @@
-"""Chapters 8 and 8b's workers (training, dropless) under torchrun, against transformers' layer.
+"""Chapters 12 and 13's workers (training, dropless) under torchrun, against transformers' layer.
 
-`notebooks/workers/ch08_trainable_ep.py` runs one training step's backward pass with each
+`notebooks/workers/ch12_trainable_ep.py` runs one training step's backward pass with each
 all-to-all and a dropless forward pass. Under the standard launcher, on 4 CPU ranks: the
 autograd all-to-all must give transformers' gradients for the tokens, the router and every
 expert, and compile with `fullgraph=True`; `dist.all_to_all_single` must give the experts none;
@@ -20,8 +20,8 @@ from conftest import NOTEBOOK_DIR, run_torchrun
 if str(NOTEBOOK_DIR) not in sys.path:
     sys.path.insert(0, str(NOTEBOOK_DIR))
 
-from workers import ch08_expert_parallel as layer_worker
-from workers import ch08_trainable_ep as worker
+from workers import ch12_expert_parallel as layer_worker
+from workers import ch12_trainable_ep as worker
 
 from tpuready.runtime.tiny_models import tiny_qwen3_moe_config
 
@@ -32,7 +32,7 @@ with warnings.catch_warnings():
         load_balancing_loss_func,
     )
 
-WORKER_FILE = NOTEBOOK_DIR / "workers" / "ch08_trainable_ep.py"
+WORKER_FILE = NOTEBOOK_DIR / "workers" / "ch12_trainable_ep.py"
 WORLD_SIZE = 4
 LAUNCH_TIMEOUT_SECONDS = 240
 
@@ -48,7 +48,7 @@ def ranks() -> list[dict]:
 @pytest.fixture(scope="module")
 def reference() -> dict[str, torch.Tensor]:
     """transformers' layer on one process: the output and one step's gradients."""
-    config = tiny_qwen3_moe_config(  # renormalised top-k, eager experts: chapter 8's layer
+    config = tiny_qwen3_moe_config(  # renormalised top-k, eager experts: chapter 12's layer
         hidden_size=layer_worker.HIDDEN_SIZE,
         num_experts=layer_worker.NUM_EXPERTS,
         num_experts_per_tok=layer_worker.TOP_K,

@@ -1,6 +1,6 @@
-"""Chapter 10's worker under the standard launcher gives what the notebook gets.
+"""Chapter 15's worker under the standard launcher gives what the notebook gets.
 
-The notebook runs `notebooks/workers/ch10_checkpoints.py` through
+The notebook runs `notebooks/workers/ch15_checkpoints.py` through
 `tpuready.runtime.launch.run_workers`; readers run the same file with `torchrun`. The test saves a
 checkpoint on 4 ranks and resumes it on 2, both ways, each in its own folder, and compares
 what rank 0 reports. Same code, same data, same gloo sums in the same order, one torch
@@ -18,14 +18,14 @@ from conftest import run_torchrun as run_torchrun_with_timeout
 
 from tpuready.runtime.launch import run_workers
 
-# The notebook imports its workers as `workers.ch10_...` from notebooks/; so do we (the
+# The notebook imports its workers as `workers.ch15_...` from notebooks/; so do we (the
 # spawned ranks inherit this path).
 if str(NOTEBOOK_DIR) not in sys.path:
     sys.path.insert(0, str(NOTEBOOK_DIR))
 
-from workers.ch10_checkpoints import digest, latest_complete_checkpoint, train_worker
+from workers.ch15_checkpoints import digest, latest_complete_checkpoint, train_worker
 
-SCRIPT = NOTEBOOK_DIR / "workers" / "ch10_checkpoints.py"
+SCRIPT = NOTEBOOK_DIR / "workers" / "ch15_checkpoints.py"
 # Importing torch and joining the group takes seconds per rank, far more on a busy machine.
 TIMEOUT_SECONDS = 300
 

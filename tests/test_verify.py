@@ -111,9 +111,9 @@ def test_without_any_record_no_cell_is_filled() -> None:
 def test_a_failure_names_its_cell_and_error() -> None:
     failure = verification.Failure(38, "RuntimeError", "shapes [2|3] and *4* differ")
     notebooks = {stem: result() for stem in STEMS}
-    notebooks["05_meshes_and_dtensor"] = result(seconds=17.5, failure=failure)
+    notebooks["08_meshes_and_dtensor"] = result(seconds=17.5, failure=failure)
     page = verification.verification_page([record("tpu", notebooks=notebooks)], NOTEBOOKS)
-    cpu, cuda, tpu, _ = table(page)["05_meshes_and_dtensor"]  # the pipe did not split the cell
+    cpu, cuda, tpu, _ = table(page)["08_meshes_and_dtensor"]  # the pipe did not split the cell
     assert tpu == (
         r"**failed**, cell 38: RuntimeError: shapes \[2\|3\] and \*4\* differ; 2026-12-05; "
         "torch 2.13.0+cpu; 17.5 s"
@@ -192,9 +192,9 @@ def test_a_record_missing_a_field_is_refused_by_name(field: str) -> None:
 @pytest.mark.parametrize("field", ["ok", "seconds", "code_cells", "failure"])
 def test_a_notebook_entry_missing_a_field_is_refused_by_name(field: str) -> None:
     data = verification.record_to_json(record())
-    del data["notebooks"]["06_fsdp2"][field]
+    del data["notebooks"]["09_fsdp2"][field]
     with pytest.raises(
-        verification.RecordError, match=f"notebook '06_fsdp2': missing field '{field}'"
+        verification.RecordError, match=f"notebook '09_fsdp2': missing field '{field}'"
     ):
         verification.parse_record(data, "r.json")
 
@@ -206,9 +206,9 @@ def test_a_notebook_entry_missing_a_field_is_refused_by_name(field: str) -> None
         (lambda d: d.update(date="2026-12-05"), "'date' must be a UTC time"),
         (lambda d: d.update(torch=2.13), "'torch' must be str, got 2.13"),
         (lambda d: d.update(notebooks={}), "holds no notebook"),
-        (lambda d: d["notebooks"]["06_fsdp2"].update(seconds="12"), "'seconds' must be int"),
-        (lambda d: d["notebooks"]["06_fsdp2"].update(code_cells=True), "'code_cells' must be"),
-        (lambda d: d["notebooks"]["06_fsdp2"].update(ok=False), "'ok' is False but 'failure'"),
+        (lambda d: d["notebooks"]["09_fsdp2"].update(seconds="12"), "'seconds' must be int"),
+        (lambda d: d["notebooks"]["09_fsdp2"].update(code_cells=True), "'code_cells' must be"),
+        (lambda d: d["notebooks"]["09_fsdp2"].update(ok=False), "'ok' is False but 'failure'"),
     ],
 )
 def test_a_record_with_a_wrong_value_is_refused(change, message: str) -> None:
@@ -227,19 +227,19 @@ def test_a_record_with_a_wrong_value_is_refused(change, message: str) -> None:
         ),
         (lambda d: d.update(notebooks=[]), "r.json: field 'notebooks' must be an object, got []"),
         (
-            lambda d: d["notebooks"].update({"06_fsdp2": [True, 12.0, 30, None]}),
-            "r.json, notebook '06_fsdp2': expected an object, got list",
+            lambda d: d["notebooks"].update({"09_fsdp2": [True, 12.0, 30, None]}),
+            "r.json, notebook '09_fsdp2': expected an object, got list",
         ),
         (
-            lambda d: d["notebooks"]["06_fsdp2"].update(
+            lambda d: d["notebooks"]["09_fsdp2"].update(
                 ok=False, failure={"cell": "38", "error": "RuntimeError", "message": "boom"}
             ),
-            "r.json, notebook '06_fsdp2': field 'cell' must be int or null, got '38'",
+            "r.json, notebook '09_fsdp2': field 'cell' must be int or null, got '38'",
         ),
         (
-            lambda d: d["notebooks"]["06_fsdp2"].update(ok=False, failure={"cell": 38}),
-            "r.json, notebook '06_fsdp2': missing field 'error'\n"
-            "r.json, notebook '06_fsdp2': missing field 'message'",
+            lambda d: d["notebooks"]["09_fsdp2"].update(ok=False, failure={"cell": 38}),
+            "r.json, notebook '09_fsdp2': missing field 'error'\n"
+            "r.json, notebook '09_fsdp2': missing field 'message'",
         ),
     ],
 )
@@ -319,11 +319,11 @@ def test_summary_lines() -> None:
     )
     failure = verification.Failure(38, "RuntimeError", "shapes differ")
     assert (
-        verify.summary_line("05_meshes_and_dtensor", result(failure=failure), width=26)
-        == "FAIL 05_meshes_and_dtensor       cell 38: RuntimeError: shapes differ"
+        verify.summary_line("08_meshes_and_dtensor", result(failure=failure), width=26)
+        == "FAIL 08_meshes_and_dtensor       cell 38: RuntimeError: shapes differ"
     )
     died = verification.Failure(None, "DeadKernelError", "Kernel died")
-    assert verify.summary_line("06_fsdp2", result(failure=died)).endswith(
+    assert verify.summary_line("09_fsdp2", result(failure=died)).endswith(
         "before the first cell: DeadKernelError: Kernel died"
     )
 

@@ -141,7 +141,7 @@ def test_every_learner_notebook_shows_numbers_not_keys(path: Path) -> None:
     nbformat.validate(learner)
 
 
-# A package import (`from workers.ch06_ddp import ...`) or a path (`data/tiny_corpus.txt`).
+# A package import (`from workers.ch09_ddp import ...`) or a path (`data/tiny_corpus.txt`).
 FOLDER_USE = re.compile(r"\b(?:from|import) (\w+)\.\w+|[\"'/](\w+)/[\w.]+\.(?:py|txt)\b")
 
 

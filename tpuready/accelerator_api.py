@@ -1,7 +1,7 @@
 """The map from CUDA-only calls to their device-agnostic `torch.accelerator` equivalents.
 
-One table serves the book twice: chapter 1b
-(`notebooks/01b_train_save_and_audit_on_any_device.ipynb`) renders it for the reader, and the
+One table serves the book twice: chapter 2
+(`notebooks/02_train_save_and_audit_on_any_device.ipynb`) renders it for the reader, and the
 source audit suggests its replacements.
 For every call the table also says what the same name under `torch.tpu` is in TorchTPU 0.2.0:
 refused with a RuntimeError, in its public API, or not in its public API (where nothing more is

@@ -1,7 +1,7 @@
 """Build the workshop bundle and the learners' notebooks with every build of the site.
 
 Jupyter Lab (jupyterlab-myst 2.7.0) shows a `{glue:text}` reference as its bare key
-(`ch12_max_len`), a `{cite:t}` or `{cite:p}` citation as its bibliography key marked "Citation
+(`ch17_max_len`), a `{cite:t}` or `{cite:p}` citation as its bibliography key marked "Citation
 Not Found", and a `{term}` as its text linked to nowhere; a notebook downloaded from a chapter
 page cannot `import tpuready`. So, once the site is written:
 

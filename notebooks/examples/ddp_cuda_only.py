@@ -1,8 +1,8 @@
-"""A typical DDP script for CUDA GPUs, as found: chapter 6's "before".
+"""A typical DDP script for CUDA GPUs, as found: chapter 9's "before".
 
 Launched with `torchrun --nproc-per-node=4 ddp_cuda_only.py`, one process
 per GPU. `python -m tpuready audit-source` lists every line that ties it to
-CUDA; notebooks/workers/ch06_ddp.py is the same training, ported.
+CUDA; notebooks/workers/ch09_ddp.py is the same training, ported.
 """
 
 import os

@@ -1,7 +1,7 @@
 """A small token model and a loader of variable-length batches.
 
 Stand-ins for your model and your data loader, taught in
-`notebooks/11_static_shapes_and_recompiles.ipynb` and compiled under a
+`notebooks/16_static_shapes_and_recompiles.ipynb` and compiled under a
 recompile budget by `test_recompile_budget.py` next to this file. The loader
 pads each batch to a multiple of `pad_to_multiple_of`, so the number of
 distinct batch shapes, and so of compiled graphs, is something you choose.
@@ -54,7 +54,7 @@ def sample_lengths(
     return lengths.tolist()
 
 
-# The training data of chapter 11 and of the recompile budget test.
+# The training data of chapter 16 and of the recompile budget test.
 TRAIN_LENGTHS = sample_lengths(48, min_length=8, max_length=100, seed=1)
 
 

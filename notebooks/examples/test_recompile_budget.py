@@ -1,6 +1,6 @@
 """A recompile budget for a training step, as a test for your project.
 
-From chapter 11 of TPU-ready PyTorch. TorchTPU compiles with static shapes:
+From chapter 16 of TPU-ready PyTorch. TorchTPU compiles with static shapes:
 every batch shape a step has not seen is a new XLA compilation, seconds to
 minutes each. This test names every graph Dynamo captures in one epoch, on
 the device `torch.accelerator` picks (the CPU where there is none), with

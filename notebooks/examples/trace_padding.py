@@ -1,6 +1,6 @@
 """A masked mean compiled over a stream of batches, padded one way: to trace.
 
-Chapter 12 runs it twice under `TORCH_TRACE` and reads each compilation
+Chapter 17 runs it twice under `TORCH_TRACE` and reads each compilation
 back with `tpuready.inspection.compile_trace.read_compilations`:
 
     TORCH_TRACE=traces/naive python examples/trace_padding.py naive

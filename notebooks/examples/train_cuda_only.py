@@ -1,4 +1,4 @@
-"""A small training script for CUDA GPUs only: the "before" of chapter 1b.
+"""A small training script for CUDA GPUs only: the "before" of chapter 2.
 
 It stops at once on a machine without a CUDA GPU.
 `python -m tpuready audit-source` lists every line that ties it to CUDA;

@@ -1,4 +1,4 @@
-"""A TorchTitan 0.3.0 config registry for Qwen3-235B-A22B (chapter 19).
+"""A TorchTitan 0.3.0 config registry for Qwen3-235B-A22B (chapter 26).
 
 TorchTitan ships the model (`model_registry("235B-A22B")`) but no training
 recipe for it. `qwen3_235b_a22b` takes TorchTitan's own Qwen3-30B-A3B

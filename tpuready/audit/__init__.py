@@ -1,10 +1,10 @@
 """Find the lines that tie PyTorch code to CUDA, and say what to write instead.
 
-Taught in `notebooks/01b_train_save_and_audit_on_any_device.ipynb`. `audit_source(paths)` and
+Taught in `notebooks/02_train_save_and_audit_on_any_device.ipynb`. `audit_source(paths)` and
 `python -m tpuready audit-source PATH...` run the same function (`run_audit`) over Python
 files and notebooks, read with `ast`, never with regular expressions over the text, so the
 word "cuda" in a comment, a docstring or a printed message is never a finding. The
-`torch.cuda.*` replacements come from `tpuready.accelerator_api`, the table chapter 1b prints.
+`torch.cuda.*` replacements come from `tpuready.accelerator_api`, the table chapter 2 prints.
 This module holds the entry points; the rest is split by concern: `tpuready.audit.sources`
 reads files, notebooks, pragmas and `[tool.tpuready]`; `tpuready.audit.syntax` is the shared
 vocabulary (severities, `Finding`, small readers of syntax); `tpuready.audit.walker` makes
@@ -266,7 +266,7 @@ def _audit_tree(
 def audit_code(source: str, path: str = "<string>", *, cell: int | None = None) -> list[Finding]:
     """Audit Python source text; `path` and `cell` only label the findings.
 
-    Chapter 1b uses it on code held in a string. A syntax error gives one `syntax-error` finding.
+    Chapter 2 uses it on code held in a string. A syntax error gives one `syntax-error` finding.
     """
     if not isinstance(source, str):
         raise TypeError(f"source must be Python text (str), got {type(source).__name__}")

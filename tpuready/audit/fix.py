@@ -1,7 +1,7 @@
 """Port a CUDA-only script in one command: rewrite the CUDA ties `tpuready.audit` finds, where
 a rewrite is safe, and say what is left and why.
 
-Taught in `notebooks/01b_train_save_and_audit_on_any_device.ipynb` (the `--diff` of
+Taught in `notebooks/02_train_save_and_audit_on_any_device.ipynb` (the `--diff` of
 `notebooks/examples/train_cuda_only.py`). `fix_source(text)` and `fix_file(path)` return a
 `FixResult`; `python -m tpuready audit-source --fix PATH...` (the one command line, in
 `tpuready.__main__`) writes the files, `--diff` prints a unified diff instead. The code is

@@ -1,7 +1,7 @@
 """How well a matmul's dimensions fill a TPU's matrix unit (MXU), and the Hardware Alignment
 Cheat Sheet.
 
-Taught in `notebooks/13_hardware_friendly_dimensions.ipynb`. The MXU is a square systolic array
+Taught in `notebooks/18_hardware_friendly_dimensions.ipynb`. The MXU is a square systolic array
 (`Chip.matrix_unit_shape` in `tpuready.calc.hardware`: 128x128 up to v5, 256x256 on v6e and v7).
 For a matmul (m, k) @ (k, n) it holds a tile of the weight (k rows, n columns) and streams the
 m rows of activations through it, `STREAMED_ROWS` (8) rows at a time, whatever the dtype: the
@@ -18,7 +18,7 @@ The utilisation model, then:
 
 That is a model of the tile work, not a measured MXU utilisation: which operand the compiler
 (XLA) holds in the array is its choice, and a step with few tokens is limited by memory
-bandwidth long before the tiles matter (`tpuready.calc.roofline`; chapter 15).
+bandwidth long before the tiles matter (`tpuready.calc.roofline`; chapter 21).
 
 An array lies in HBM in XLA's TPU tiles of 8 x 128 elements of its last two dimensions, for
 32-bit types (8,128), for bf16 (8,128)(2,1) and for int8 (8,128)(4,1), whose second tiling
@@ -361,7 +361,7 @@ RULES_OF_THUMB: tuple[tuple[str, str, str], ...] = (
         _RESIZE_DOCS,
     ),
     (
-        "Pad sequence lengths to buckets that are multiples of 128 (chapter 12); TorchTPU's "
+        "Pad sequence lengths to buckets that are multiples of 128 (chapter 17); TorchTPU's "
         "bounded dynamism pads to buckets of 128 by default (`bucket_size`), and its splash "
         "attention works in blocks of 512 by default.",
         "TorchTPU 0.2.0 documentation, torch.compile options and ops",

@@ -1,6 +1,6 @@
 """Pad variable-length sequences to a few fixed lengths (buckets), chosen to waste the least.
 
-Taught in `notebooks/12_padding_and_bucketing.ipynb` ("Pad and bucket sequences for static
+Taught in `notebooks/17_padding_and_bucketing.ipynb` ("Pad and bucket sequences for static
 shapes"). A compiler that specialises on shapes (TorchTPU compiles with `dynamic=False`) builds
 one graph per distinct sequence length it sees; padding every sequence up to one of `k` bucket
 lengths bounds the compiles at `k` and costs the padded tokens. `optimal_buckets` finds the `k`

@@ -21,7 +21,7 @@ between the devices of a chip, and its name says so.
 
 `device_peak_flops_per_second(device)` finds the row of the device a notebook runs on (the name
 CUDA or TorchTPU reports) and gives its per-device peak, the divisor of an MFU. A CPU has no
-row: its peak is measured, as chapter 15 does.
+row: its peak is measured, as chapter 21 does.
 """
 
 from __future__ import annotations
@@ -842,7 +842,7 @@ def chip_for_device_name(device_type: str, device_name: str) -> Chip:
         raise NoPeakFigureError(
             f"no row of the table matches the GPU {device_name!r}: it holds the SXM boards "
             f"{', '.join(_NVIDIA_ROWS.values())} only (PCIe and NVL cards, GH200 and GB200 have "
-            "other peaks); measure this GPU's peak with a large bf16 matmul, as chapter 15 "
+            "other peaks); measure this GPU's peak with a large bf16 matmul, as chapter 21 "
             "does for a CPU"
         )
     if device_type == "tpu":
@@ -858,7 +858,7 @@ def chip_for_device_name(device_type: str, device_name: str) -> Chip:
         )
     raise NoPeakFigureError(
         f"device_type {device_type!r}: the table holds no {device_type!r} devices, only 'cuda' "
-        "and 'tpu' ones; measure the peak with a large matmul, as chapter 15 does in step 2"
+        "and 'tpu' ones; measure the peak with a large matmul, as chapter 21 does in step 2"
     )
 
 
@@ -870,7 +870,7 @@ def device_peak_flops_per_second(
 
     A CPU has no row (its peak depends on the model, the cores and the threads used), so it
     raises `NoPeakFigureError` rather than return a guess: measure the CPU's peak with a large
-    matmul, as chapter 15 does in step 2.
+    matmul, as chapter 21 does in step 2.
     """
     import torch
 
@@ -893,7 +893,7 @@ def device_peak_flops_per_second(
         )
     if device.type == "cpu":
         raise NoPeakFigureError(
-            "a CPU has no peak in the table: measure it with a large matmul, as chapter 15 does "
+            "a CPU has no peak in the table: measure it with a large matmul, as chapter 21 does "
             "in step 2, and divide by that"
         )
     if device.type == "cuda":
@@ -903,6 +903,6 @@ def device_peak_flops_per_second(
     else:
         raise NoPeakFigureError(
             f"the table holds no {device.type!r} devices, only 'cuda' and 'tpu' ones; measure "
-            "the peak with a large matmul, as chapter 15 does in step 2"
+            "the peak with a large matmul, as chapter 21 does in step 2"
         )
     return chip_for_device_name(device.type, name).per_device_peak_bf16_flops_per_second

@@ -1,8 +1,8 @@
 """How long a collective takes on a TPU slice: mesh axes laid on the torus, priced per link.
 
-Taught in chapter 5 (step "What changes on a TPU"), used by chapter 7's tensor-parallel model,
-chapter 9's planner and `tpuready.calc.plan`. The model follows the Scaling Book ("How to Scale Your
-Model", parts 2 and 3): a slice is a 2D or 3D torus of chips, every link between neighbours
+Taught in chapter 8 (step "What changes on a TPU"), used by chapter 11's tensor-parallel model,
+chapter 14's planner and `tpuready.calc.plan`. The model follows the Scaling Book ("How to Scale
+Your Model", parts 2 and 3): a slice is a 2D or 3D torus of chips, every link between neighbours
 carries `W` bytes per second (both directions summed, `Chip.ici_link_bytes_per_second`), and a
 mesh axis is a set of rings (a torus dimension with its wraparound link) or lines (without).
 Where an axis shares a dimension with an axis laid before it, its chips sit `stride` apart:
@@ -59,7 +59,7 @@ __all__ = [
 ]
 
 COLLECTIVES: tuple[str, ...] = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all")
-"""The collectives the model prices, named as `CommDebugMode` and chapter 5 name them."""
+"""The collectives the model prices, named as `CommDebugMode` and chapter 8 name them."""
 
 
 class IciModelError(InputError):
@@ -228,7 +228,7 @@ def _dcn_speed(layout: AxisLayout) -> float:
 
 def bytes_received(kind: str, total_bytes: float, group_size: int) -> float:
     """Bytes each of `group_size` ranks receives in a collective of `total_bytes` (the ring
-    algorithms of chapter 5): the bill, independent of the topology."""
+    algorithms of chapter 8): the bill, independent of the topology."""
     _check_kind(kind)
     total = check_total_bytes(total_bytes)
     n = whole_number(
@@ -251,7 +251,7 @@ REDISTRIBUTIONS: tuple[tuple[str, str, str], ...] = (
     ("Partial()", "Replicate()", "all-reduce"),
     ("Shard(i)", "Shard(j)", "all-to-all"),
 )
-"""A placement change on one mesh axis and the collective it costs (chapter 5, step 4)."""
+"""A placement change on one mesh axis and the collective it costs (chapter 8, step 4)."""
 
 
 def bytes_received_formula(kind: str) -> str:

@@ -1,6 +1,6 @@
 """Pack documents into a fixed `[num_rows, row_len]` batch: one shape for every batch.
 
-Taught in `notebooks/12_padding_and_bucketing.ipynb` ("Pad and bucket sequences for static
+Taught in `notebooks/17_padding_and_bucketing.ipynb` ("Pad and bucket sequences for static
 shapes"). transformers' `DataCollatorWithFlattening` concatenates a whole batch into one row of
 `sum(lengths)` tokens with no padding, so its width changes with every batch: under
 `dynamic=False` (TorchTPU's default) each new width is a new graph, until Dynamo's recompile

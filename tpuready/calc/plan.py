@@ -1,6 +1,6 @@
 """Plan a training run: per-chip memory, bytes moved per mesh axis and a roofline step time.
 
-Taught in `notebooks/09_planning_8192_chips.ipynb` ("Plan a run on 8,192 chips").
+Taught in `notebooks/14_planning_8192_chips.ipynb` ("Plan a run on 8,192 chips").
 
 A plan takes a mixture-of-experts transformer (`ModelConfig`, built from a transformers config
 with `ModelConfig.from_transformers`), a mesh (axis sizes by name, from `AXES`), a chip from
@@ -19,7 +19,7 @@ for the chip holding the largest shards (rank 0), so it matches what DTensor giv
 
 Memory per chip, as FSDP2 with a bf16 `MixedPrecisionPolicy` keeps it: the shard of every
 parameter in fp32 (which is also the master copy), its fp32 gradient and AdamW's two fp32
-moments, 16 bytes a parameter (chapter 6 measures them); bf16 copies exist only for gathered
+moments, 16 bytes a parameter (chapter 9 measures them); bf16 copies exist only for gathered
 layers, two at a time (FSDP computes with one and prefetches the next); plus activations. The
 activation model counts, in bf16 per token and layer, what backward keeps: without recomputation
 the residual and normed inputs of both blocks (4h), q, k, v and the attention output (2 q_dim +
@@ -45,8 +45,8 @@ lower bound for this layout and this traffic. A run that moves less (gradients r
 weights kept gathered for the backward pass, collectives of different axes overlapped) or lays
 its mesh out otherwise can be faster.
 
-`CANDIDATE_MESHES` and `CANDIDATE_AXIS_SHAPES` are the meshes of 8,192 chips chapter 9 compares
-(and chapter 15 takes the fastest of).
+`CANDIDATE_MESHES` and `CANDIDATE_AXIS_SHAPES` are the meshes of 8,192 chips chapter 14 compares
+(and chapter 21 takes the fastest of).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ CANDIDATE_MESHES: dict[str, dict[str, int]] = {
     "ep=8 2x2x2": {"fsdp": 1024, "expert": 8},
     "ep=64 cube": {"fsdp": 128, "expert": 64},
 }
-"""Chapter 9's seven meshes of 8,192 chips, by label (chapters 9 and 15 read this one list)."""
+"""Chapter 14's seven meshes of 8,192 chips, by label (chapters 14 and 21 read this one list)."""
 
 CANDIDATE_AXIS_SHAPES: dict[str, dict[str, tuple[int, ...]]] = {
     "ep=8 2x2x2": {"fsdp": (8, 8, 16), "expert": (2, 2, 2)},

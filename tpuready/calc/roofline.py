@@ -1,6 +1,6 @@
 """Rooflines: arithmetic intensity, attainable FLOP/s, model FLOPs utilisation, tokens per second.
 
-Taught in `notebooks/15_rooflines_mfu_and_profiling.ipynb`. A kernel that does `flops` FLOPs
+Taught in `notebooks/21_rooflines_and_mfu.ipynb`. A kernel that does `flops` FLOPs
 while moving `bytes` to and from memory has arithmetic intensity `flops / bytes` (FLOPs per
 byte). On a chip with peak `peak_flops_per_second` and memory bandwidth `bytes_per_second` it
 can reach at most `min(peak, intensity * bandwidth)` FLOP/s: the roofline. Below the ridge

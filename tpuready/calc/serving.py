@@ -485,7 +485,7 @@ def lognormal_stream(
     """A modelled stream, sorted by arrival: Poisson arrivals at `rate` requests per engine
     step, prompt and output lengths log-normal around their medians (`PROMPT_SIGMA`,
     `OUTPUT_SIGMA`), cut to `PROMPT_RANGE` and `OUTPUT_RANGE`. Taught in
-    `notebooks/16_shapes_a_tpu_server_compiles.ipynb`; a server's logged lengths replace it."""
+    `notebooks/23_shapes_a_tpu_server_compiles.ipynb`; a server's logged lengths replace it."""
     count = whole_number(
         "num_requests", num_requests, fix="how many requests to draw", error=ServingBucketError
     )

@@ -1,7 +1,7 @@
 """A `tpuready.calc.plan` plan as TorchTitan 0.3.0's command-line flags, and the flag a rejection
 names.
 
-Taught in `notebooks/19_train_with_torchtitan.ipynb` ("Train with TorchTitan"). TorchTitan runs
+Taught in `notebooks/26_train_with_torchtitan.ipynb` ("Train with TorchTitan"). TorchTitan runs
 in a venv of its own (`.venv-titan`, `requirements-titan.txt`); this module does not import it.
 
 TorchTitan 0.3.0 builds its meshes from a world of ranks, in the order pp, dp_replicate,
@@ -51,7 +51,7 @@ width, d the devices per chip, each collective receiving (d - 1) / d of its arra
 The activations stay inside the chip. Where the dense gathers travel (bf16 all-gathers forward
 and backward, fp32 gradient reduce-scatters) depends on the collective's ring; the model
 assumes rings in rank order, with a chip's devices consecutive ranks (the launcher's job,
-chapter 19). Then with `context` one FSDP ring visits a chip's d devices in turn: one of its
+chapter 26). Then with `context` one FSDP ring visits a chip's d devices in turn: one of its
 links per chip crosses the ICI and d - 1 stay inside the chip, each carrying about a whole
 dense layer, so the chip receives the plan's dense gathers over the ICI and d - 1 times them
 over the die-to-die link. With `tensor` each of d rings visits one device per chip and carries
@@ -390,7 +390,7 @@ def rejected_flag(message: str) -> str:
 
 def raise_for_rejection(result: Mapping[str, object]) -> None:
     """Raise `TitanRejection` naming the flag when TorchTitan refused `result` (one case of
-    `notebooks/titan/ch19_check.py`'s output); return quietly when it accepted it."""
+    `notebooks/titan/ch26_check.py`'s output); return quietly when it accepted it."""
     if result.get("accepted"):
         return
     message = str(result.get("message", ""))

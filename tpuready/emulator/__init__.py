@@ -13,7 +13,7 @@ calls, one device per process, float32 matmuls as bf16 passes, bfloat16 autocast
 compile time or numerics beyond the matmul passes. The reference page "The emulated TPU" lists
 each behaviour with its line in the notes; `report()` says what would hurt on a real chip.
 
-Taught in chapter 1b ("Rehearse your port on an emulated TPU"); CI runs every notebook on it.
+Taught in chapter 2 ("Rehearse your port on an emulated TPU"); CI runs every notebook on it.
 """
 
 from __future__ import annotations

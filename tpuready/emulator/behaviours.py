@@ -130,7 +130,7 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
         "objects, so tied weights stay tied (as a C++ backend with PyTorch's shallow-copy support "
         "does; a Python backend without it unties them), and "
         "`tpuready.emulator.memory_allocated()` counts them. `torch.load(map_location='tpu')` "
-        "works here, while chapter 1b calls it untested on TorchTPU.",
+        "works here, while chapter 2 calls it untested on TorchTPU.",
         "not in the notes: the emulator's choices, as PyTorch's reference backend OpenReg "
         "makes them",
         "test_save_and_load_round_trip_bit_exact",

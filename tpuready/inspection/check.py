@@ -1,17 +1,17 @@
 """Parity checks: how far did the numbers move on another device, dtype or precision?
 
-Taught in `notebooks/03b_bfloat16_and_float32_matmuls.ipynb`, after `torch.testing.assert_close`,
+Taught in `notebooks/05_bfloat16_and_float32_matmuls.ipynb`, after `torch.testing.assert_close`,
 which is the check to use for pass/fail. This module adds what the standard API lacks:
 
 - `relative_error`: the book's one definition of relative error, the Frobenius ratio
-  ||actual - expected|| / ||expected||, a single number for a whole tensor (chapters 1b and 3b);
+  ||actual - expected|| / ||expected||, a single number for a whole tensor (chapters 2 and 5);
 - `emulate_bf16_matmul_passes`: a CPU model of how TorchTPU runs float32 matmuls (one bf16
-  pass by default), packaged as a context manager; chapter 3b builds the same model inline;
+  pass by default), packaged as a context manager; chapter 5 builds the same model inline;
 - `power_of_ten`: a measured rounding error or ratio quoted as the power of ten every CPU
-  agrees on (the last digits depend on the CPU's kernels, chapters 1 and 3b);
+  agrees on (the last digits depend on the CPU's kernels, chapters 1 and 5);
 - `matmul_unit_roundoff` and `device_matmul_unit_roundoff`: the unit roundoff u of a float32
   matmul's inputs, for a TorchTPU pass count or for a device as the program has set up its
-  matmul precision, from which the book's tolerances follow (chapters 1b and 3b).
+  matmul precision, from which the book's tolerances follow (chapters 2 and 5).
 """
 
 from __future__ import annotations

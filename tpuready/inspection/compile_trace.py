@@ -1,6 +1,6 @@
 """Read the compilations a run recorded under `TORCH_TRACE`: one record per graph, with why.
 
-Taught in `notebooks/12_padding_and_bucketing.ipynb`. Run any script with
+Taught in `notebooks/17_padding_and_bucketing.ipynb`. Run any script with
 `TORCH_TRACE=/some/dir python train.py` and PyTorch writes a structured log of every
 `torch.compile` event into that directory; `tlparse` (a separate tool, `pip install tlparse`)
 turns it into HTML pages. What PyTorch lacks is a way to read the log from Python, in a test

@@ -1,12 +1,12 @@
 """Record the operators a piece of PyTorch code sends through the dispatcher.
 
-Taught in `notebooks/02_under_the_hood_dispatcher.ipynb`: the operators one forward pass
+Taught in `notebooks/03_under_the_hood_dispatcher.ipynb`: the operators one forward pass
 reaches are the operators a backend (TorchTPU, or the toy device built in that chapter) must
 implement. The chapter first writes a `TorchDispatchMode` of a dozen lines that keeps only
 operator names; `OpRecorder` sees the same calls and adds what that one lacks: input shapes,
 dtypes and output shapes per call, counts per operator in a stable order, a table, `clear()`.
 Reuse it to see what any model runs; to count the calls that make the host wait, use
-`tpuready.inspection.syncs.HostSyncCounter` (chapter 4b).
+`tpuready.inspection.syncs.HostSyncCounter` (chapter 7).
 
     with OpRecorder() as recorder:
         model(inputs)

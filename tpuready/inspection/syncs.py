@@ -1,7 +1,7 @@
 """Count host syncs and graph breaks on any machine, a CPU-only laptop included.
 
-Taught in `notebooks/04_eager_graphs_and_host_syncs.ipynb` (`explain_graphs`) and
-`notebooks/04b_host_syncs.ipynb` (`HostSyncCounter`). On an accelerator the host
+Taught in `notebooks/06_graph_breaks.ipynb` (`explain_graphs`) and
+`notebooks/07_host_syncs.ipynb` (`HostSyncCounter`). On an accelerator the host
 queues work and runs ahead; a call that needs a tensor's values in Python (a value read, a
 copy to the host, an output whose shape depends on the data) makes the host wait for the
 device. On a CPU nothing waits, so we count those calls instead of timing them: the count is

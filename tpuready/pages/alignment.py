@@ -161,9 +161,9 @@ def cheat_sheet_markdown() -> str:
         "gives each chip's tile, the share of the work that common model dimensions make "
         "useful, how many tokens per device a matmul needs to be compute-bound at all, and the "
         "rules of thumb with their sources. "
-        "[Chapter 13](../notebooks/13_hardware_friendly_dimensions.ipynb) teaches all of it "
+        "[Chapter 18](../notebooks/18_hardware_friendly_dimensions.ipynb) teaches all of it "
         "but the dtype rules, which "
-        "[chapter 3b](../notebooks/03b_bfloat16_and_float32_matmuls.ipynb) teaches; "
+        "[chapter 5](../notebooks/05_bfloat16_and_float32_matmuls.ipynb) teaches; "
         "the chips' other figures are on the "
         "[hardware figures](../notebooks/reference_hardware.ipynb) page.",
         "",
@@ -216,11 +216,11 @@ def cheat_sheet_markdown() -> str:
         "weight the ratio is about $m$, so the fewest tokens per device is about the ridge point "
         "itself. Below it the step is memory-bound, whatever the tiles: "
         "`Roofline.from_chip(chip).min_tokens_for_compute_bound(k, n)` computes it, and "
-        "[chapter 15](../notebooks/15_rooflines_mfu_and_profiling.ipynb) draws the rooflines. "
+        "[chapter 21](../notebooks/21_rooflines_and_mfu.ipynb) draws the rooflines. "
         "The count is per device, the unit that runs the matmul: a TPU v7 chip is two devices, "
         "each with half the chip's peak and bandwidth, so the same ridge point, and each "
         "needs that many rows. An expert's matmul sees only the rows routed to it, about "
-        "tokens x k / E of a device's tokens times the expert-parallel degree (chapter 8): "
+        "tokens x k / E of a device's tokens times the expert-parallel degree (chapter 12): "
         "for Qwen3-235B-A22B (k = 8 of E = 128 experts) without expert parallelism, 16 times "
         "the expert column in tokens per device.",
         "",

@@ -1,6 +1,6 @@
 """Run another program from a notebook: bounded by a clock, and never left running.
 
-Chapter 18 drives vLLM, which lives in a venv of its own, from the book's kernel: offline
+Chapter 25 drives vLLM, which lives in a venv of its own, from the book's kernel: offline
 generation as a program that runs to its end (`run_guarded`), and the OpenAI-compatible server
 as a program that runs while a `with` block does (`serve`). Both start the program under a
 guardian, a small Python process (`python -m tpuready.runtime.background`), which puts the program

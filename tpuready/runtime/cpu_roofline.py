@@ -1,9 +1,9 @@
 """Measure this CPU's roofline: its peak float32 FLOP/s and its memory bandwidth.
 
 Taught in `notebooks/reference_measuring_this_cpu.ipynb` ("Measuring this CPU"), which writes
-the same two measurements out cell by cell; chapter 15 (`15_rooflines_mfu_and_profiling`) calls
+the same two measurements out cell by cell; chapter 21 (`21_rooflines_and_mfu`) calls
 `measure_cpu_roofline` for this CPU's line among the chips' rooflines and the peak of its MFU,
-and chapter 15b (`15b_profile_a_training_step`) calls `measure_peak_flops_per_second` for the
+and chapter 22 (`22_profile_a_training_step`) calls `measure_peak_flops_per_second` for the
 peak its profiled matmuls are held to.
 
 The peak is the best of a few runs of a large float32 matmul (its intensity is far above any

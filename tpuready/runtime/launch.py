@@ -140,7 +140,7 @@ FAILURE_GRACE_SECONDS = 2.0
 KNOWN_WORKER_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
     # FSDP2 on a model whose forward returns a view: the workers apply no in-place op to it.
     (r"FSDP2-wrapped module \(.*\) returned a view tensor", UserWarning, r"torch\.distributed"),
-    # A module tracker's backward hooks (CommDebugMode, chapter 7) on a first layer whose
+    # A module tracker's backward hooks (CommDebugMode, chapter 11) on a first layer whose
     # input needs no gradient: the hook has nothing to report there.
     (
         r"Full backward hook is firing when gradients are computed with respect to module outputs",

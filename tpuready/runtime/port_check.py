@@ -1,6 +1,6 @@
 """Run a port's launch lines as each rank of a host would, and see where each rank's model went.
 
-Taught in `notebooks/06_fsdp2.ipynb`, whose exercise "Port the launch lines" grades what a
+Taught in `notebooks/09_fsdp2.ipynb`, whose exercise "Port the launch lines" grades what a
 port does, not how it reads. `devices_per_rank` runs the lines once per local rank of a job on
 each of two host models, with LOCAL_RANK, LOCAL_WORLD_SIZE, RANK and WORLD_SIZE set as torchrun
 sets them:

@@ -210,7 +210,7 @@ def check_ranks(seconds: float = SMOKE_TEST_SECONDS) -> CheckResult:
 
 
 def check_transformers() -> CheckResult:
-    """Build a tiny Qwen3 from a config (no download) and run one forward pass, as chapter 3."""
+    """Build a tiny Qwen3 from a config (no download) and run one forward pass, as chapter 4."""
     import torch
 
     with warnings.catch_warnings():

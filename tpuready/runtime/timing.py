@@ -2,8 +2,8 @@
 
 The one timing helper of the book's notebooks: chapter 1 (`01_device_agnostic_basics`, steps 3
 and 4) teaches why a clock read right after a PyTorch call measures only the launch and times
-tensor creation; chapter 11 (`11_static_shapes_and_recompiles`, step 4) times one compile
-against a steady-state call; chapter 15 (`15_rooflines_mfu_and_profiling`, step 3) times a
+tensor creation; chapter 16 (`16_static_shapes_and_recompiles`, step 4) times one compile
+against a steady-state call; chapter 21 (`21_rooflines_and_mfu`, step 3) times a
 training step for its MFU.
 
 How `wait_for` waits, by device:

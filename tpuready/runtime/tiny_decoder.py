@@ -1,7 +1,7 @@
-"""Chapter 15's tiny decoder and its training step, for the chapters that reuse them.
+"""Chapter 21's tiny decoder and its training step, for the chapters that reuse them.
 
-Chapter 15 (`notebooks/15_rooflines_mfu_and_profiling.ipynb`, step 3) writes this model out
-cell by cell and counts its FLOPs; chapter 15b (`notebooks/15b_profile_a_training_step.ipynb`)
+Chapter 21 (`notebooks/21_rooflines_and_mfu.ipynb`, step 3) writes this model out
+cell by cell and counts its FLOPs; chapter 22 (`notebooks/22_profile_a_training_step.ipynb`)
 profiles the same step and builds it here. Attention is two matmuls (no fused kernel), so every
 FLOP reaches `FlopCounterMode` and every matmul is an op of its own in `torch.profiler`: a step
 counts $6N$ FLOPs per token for $N$ matmul weights plus $12 L S h$ per token for attention.
@@ -89,10 +89,10 @@ class TinyDecoder(nn.Module):
 
 
 class TinyTrainingStep:
-    """Chapter 15's training step: forward, loss, backward and AdamW on a fixed random batch.
+    """Chapter 21's training step: forward, loss, backward and AdamW on a fixed random batch.
 
     Call it to run one step; it returns the loss, detached. Seed before building it (the book
-    calls `seed_everything(0)` first) to get chapter 15's weights and batch.
+    calls `seed_everything(0)` first) to get chapter 21's weights and batch.
     """
 
     def __init__(self, device: torch.device, batch_size: int = 8, seq_len: int = 128) -> None:

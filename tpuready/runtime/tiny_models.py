@@ -7,15 +7,15 @@ a plain mapping (readable in a notebook, comparable in a test); the functions re
 inside the functions: importing `tpuready` does not import it.
 
 - `TINY_QWEN3`: the smallest dense Qwen3 (vocabulary 128, 2 layers of width 32): the set-up
-  check and chapter 3's first forward pass (`tpuready.runtime.setup_check`), chapter 2's
-  dispatcher tour, chapter 6b's FSDP2 training script (`notebooks/workers/ch06b_fsdp_practice.py`).
+  check and chapter 4's first forward pass (`tpuready.runtime.setup_check`), chapter 3's
+  dispatcher tour, chapter 10's FSDP2 training script (`notebooks/workers/ch10_fsdp_practice.py`).
 - `TENSOR_PARALLEL_QWEN3`: 8 attention heads and 4 KV heads, so 2 or 4 ranks split both
-  (`notebooks/workers/ch07_qwen3_tp_plan.py`, chapter 7).
-- `SERVING_QWEN3`: chapter 18's served model, wide enough for vLLM's kernels (head size 32);
+  (`notebooks/workers/ch11_qwen3_tp_plan.py`, chapter 11).
+- `SERVING_QWEN3`: chapter 25's served model, wide enough for vLLM's kernels (head size 32);
   its vocabulary and special tokens come from the tokenizer it is served with
   (`scripts/serving_bench.py`).
 - `TINY_QWEN3_MOE`: a 3-layer mixture of experts (6 experts, 2 per token) with the router's
-  probabilities renormalised and the experts run eagerly, as chapter 8's layer compares
+  probabilities renormalised and the experts run eagerly, as chapter 12's layer compares
   against (`tests/test_plan.py`, `tests/test_torchrun_ch08*.py`).
 """
 
@@ -137,7 +137,7 @@ def tiny_qwen3_config(preset: str = "tiny", **overrides: Any) -> Qwen3Config:
 
 
 def tiny_qwen3_moe_config(**overrides: Any) -> Qwen3MoeConfig:
-    """A `transformers.Qwen3MoeConfig` of `TINY_QWEN3_MOE`'s sizes with `overrides` (chapter 8
+    """A `transformers.Qwen3MoeConfig` of `TINY_QWEN3_MOE`'s sizes with `overrides` (chapter 12
     passes its own layer's width, expert count, top-k and expert size)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="IProgress not found")  # as above
