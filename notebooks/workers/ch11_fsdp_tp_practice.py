@@ -1,4 +1,4 @@
-"""Chapter 11, step 4: clip and compile on the 2-D mesh (`07_*.ipynb`).
+"""Chapter 11, step 4: clip and compile on the 2-D mesh (`11_*.ipynb`).
 
 The 2-D layout of `ch11_tensor_parallel`, as a training script needs it:
 each block compiled, then the gradients clipped. The TP plan leaves the norms'
