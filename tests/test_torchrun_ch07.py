@@ -97,8 +97,8 @@ def test_qwen3_tp_plan_worker_under_torchrun_matches_run_workers(tmp_path: Path)
     )
 
 
-def test_qwen3_splits_into_every_rank_count_step_7_may_start() -> None:
-    """Step 7 starts `smallest_world_size(2)` ranks: 2 on a CPU or a GPU, the smallest count
+def test_qwen3_splits_into_every_rank_count_step_6_may_start() -> None:
+    """Step 6 starts `smallest_world_size(2)` ranks: 2 on a CPU or a GPU, the smallest count
     of at least 2 that a TPU host runs (4 on v5e and v6e). Column-wise q/k/v and gate/up must
     give each of them whole heads, whole KV heads and an equal share of the MLP."""
     counts = {2} | {min(n for n in allowed if n >= 2) for allowed in TPU_RANKS_PER_HOST.values()}

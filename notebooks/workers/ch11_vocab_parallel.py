@@ -1,4 +1,4 @@
-"""Chapter 11, step 8: shard the vocabulary (11_tensor_parallel.ipynb).
+"""Chapter 11, step 7: shard the vocabulary (11_tensor_parallel.ipynb).
 
 Chapter 11's blocks between a token embedding and an output head, both split
 along the vocabulary, and the loss computed two ways: on logits gathered
