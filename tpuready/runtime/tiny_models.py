@@ -16,7 +16,7 @@ inside the functions: importing `tpuready` does not import it.
   (`scripts/serving_bench.py`).
 - `TINY_QWEN3_MOE`: a 3-layer mixture of experts (6 experts, 2 per token) with the router's
   probabilities renormalised and the experts run eagerly, as chapter 12's layer compares
-  against (`tests/test_plan.py`, `tests/test_torchrun_ch08*.py`).
+  against (`tests/test_plan.py`, `tests/test_torchrun_ch12*.py`).
 """
 
 from __future__ import annotations
