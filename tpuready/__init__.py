@@ -12,7 +12,8 @@ reads those and `emulator`, and `pages` reads any part but `runtime`; nothing re
   learner's set-up check), `port_check` (a port's launch lines as each rank would run them,
   chapter 9), `tiny_models` (the book's tiny Qwen3 sizes, spelled once), `cpu_roofline` (this
   CPU's measured peak and bandwidth, chapter 21 and the appendix *Measuring this CPU*),
-  `tiny_decoder` (chapter 21's tiny decoder and training step, rebuilt by chapter 22).
+  `tiny_decoder` (chapter 21's tiny decoder and training step, rebuilt by chapter 22),
+  `foreign_checkpoint` (a checkpoint as another machine writes it, for chapter 2's exercise).
 - `calc`: the book's calculators, pure functions of a chip table. `hardware` (figures with their
   vendor sources), `ici` (collective times on a torus, chapters 8, 11, 14), `plan` (memory, bytes
   and step time of a sharded run, chapter 14), `titan` (a plan as TorchTitan flags, chapter 26),

@@ -1,6 +1,6 @@
 """Plan a training run: per-chip memory, bytes moved per mesh axis and a roofline step time.
 
-Taught in `notebooks/14_planning_8192_chips.ipynb` ("Plan a run on 8,192 chips").
+Taught in `notebooks/14_planning_8192_chips.ipynb` ("Plan a run of Qwen3-235B on a TPU v7x pod").
 
 A plan takes a mixture-of-experts transformer (`ModelConfig`, built from a transformers config
 with `ModelConfig.from_transformers`), a mesh (axis sizes by name, from `AXES`), a chip from

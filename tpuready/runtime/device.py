@@ -23,7 +23,8 @@ def choose_device() -> torch.device:
 
 
 def compile_backend_for(device: torch.device) -> str | None:
-    """The `torch.compile` backend the book counts graphs with on `device` (chapters 16-20).
+    """The `torch.compile` backend the book counts graphs with on `device` (chapters 10, 11, 16, 17,
+    19 and 20).
 
     "aot_eager" on a CPU and on CUDA: it captures the same graphs as any backend without
     generating code, so counting is cheap. None on a TPU, meaning torch.compile's own default,
