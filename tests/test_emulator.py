@@ -628,7 +628,7 @@ def test_claims_of_jobs_that_ended_long_ago_are_removed(tmp_path: Path) -> None:
     assert not old.exists() and fresh.exists() and other.exists()
 
 
-def _torchrun_chapter_5(extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _torchrun_chapter_8(extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Chapter 8's worker file under torchrun, 4 ranks, on the emulated TPU."""
     script = REPOSITORY / "notebooks" / "workers" / "ch08_sharded_matmul.py"
     environment = {
@@ -664,10 +664,10 @@ def test_torchrun_on_the_emulated_tpu_needs_the_launch_environment() -> None:
         from workers.ch08_sharded_matmul import make_operands
     finally:
         sys.path.remove(str(REPOSITORY / "notebooks"))
-    without = _torchrun_chapter_5({})
+    without = _torchrun_chapter_8({})
     assert without.returncode != 0
     assert "Check failed: client != nullptr" in without.stderr
-    launched = _torchrun_chapter_5({LAUNCH_VARIABLE: "1,4"})
+    launched = _torchrun_chapter_8({LAUNCH_VARIABLE: "1,4"})
     assert launched.returncode == 0, launched.stderr[-3000:]
     line = next(x for x in launched.stdout.splitlines() if x.startswith(("[", "{")))
     results = json.loads(line)

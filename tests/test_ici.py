@@ -107,7 +107,7 @@ def test_multi_slice_all_to_all_adds_the_dcn_share():
     assert AxisLayout((), W, slices=2, dcn_bytes_per_second=1e9).describe() == ("2 slices over DCN")
 
 
-def test_chapter_5_example_one_gib_over_a_2x2_v5e_slice():
+def test_chapter_8_example_one_gib_over_a_2x2_v5e_slice():
     # v5e: 400 GB/s per chip over 4 ports, 100 GB/s a link; a 2x2 slice has no wraparound,
     # so each chip receives 3/4 GiB through one link per dimension, 2 * 50 GB/s inwards.
     (layout,) = layout_mesh("v5e", {"x": 4}, (2, 2)).values()
@@ -115,7 +115,7 @@ def test_chapter_5_example_one_gib_over_a_2x2_v5e_slice():
     assert collective_seconds("all-gather", GIB, layout) == pytest.approx(0.75 * GIB / 1e11)
 
 
-def test_bytes_received_is_chapter_5s_table():
+def test_bytes_received_is_chapter_8s_table():
     assert bytes_received("all-gather", 512, 4) == 384
     assert bytes_received("reduce-scatter", 512, 4) == 384
     assert bytes_received("all-reduce", 512, 4) == 768

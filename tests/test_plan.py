@@ -315,7 +315,7 @@ def test_a_plan_fits_only_with_headroom_left() -> None:
         )
 
 
-def test_chapter_9s_candidates_each_plan_8192_chips_on_their_layout():
+def test_chapter_14s_candidates_each_plan_8192_chips_on_their_layout():
     # Chapters 14 and 21 read this one list: every mesh must plan for the announcement's 8,192
     # v7 chips, and a candidate with axis shapes must be laid out otherwise than by default.
     assert len(CANDIDATE_MESHES) == 7

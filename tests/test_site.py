@@ -38,7 +38,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 SITE = REPOSITORY / "_build" / "html"
 SCREENSHOTS = REPOSITORY / "_build" / "screenshots"
 CHAPTER_1 = "notebooks/01_device_agnostic_basics.html"
-CHAPTER_4B = "notebooks/05_bfloat16_and_float32_matmuls.html"  # the chapter with the most math
+CHAPTER_5 = "notebooks/05_bfloat16_and_float32_matmuls.html"  # the chapter with the most math
 DESKTOP_WIDTH = 1280
 PHONE_WIDTH = 390
 # The notebooks keep code and text outputs within this many characters (notebooks/ruff.toml).
@@ -412,9 +412,9 @@ def test_math_renders_with_no_network(site_url, browser) -> None:
     """MathJax comes from the site itself: with every other host refused, formulas render."""
     page = browser.new_page()
     refused = refuse_other_hosts(page, site_url)
-    page.goto(urljoin(site_url, CHAPTER_4B), wait_until="networkidle")
+    page.goto(urljoin(site_url, CHAPTER_5), wait_until="networkidle")
     math = page.locator(".bd-article .math")
-    assert math.count() > 0, f"no math on {CHAPTER_4B}: pick a page with formulas"
+    assert math.count() > 0, f"no math on {CHAPTER_5}: pick a page with formulas"
     typeset = "() => Array.from(document.querySelectorAll('.bd-article .math'))" + (
         ".every(element => element.querySelector('mjx-container'))"
     )

@@ -10,7 +10,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from tpuready.runtime.tiny_decoder import TinyDecoder, TinyDecoderError, TinyTrainingStep
 
 
-def test_a_step_counts_six_n_per_token_plus_attention_as_chapter_15_does() -> None:
+def test_a_step_counts_six_n_per_token_plus_attention_as_chapter_21_does() -> None:
     torch.manual_seed(0)
     step = TinyTrainingStep(torch.device("cpu"), batch_size=2, seq_len=16)
     with FlopCounterMode(display=False) as counter:

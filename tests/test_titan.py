@@ -54,7 +54,7 @@ def plan_for(
     )
 
 
-def test_chapter_9s_best_mesh_by_hand():
+def test_chapter_14s_best_mesh_by_hand():
     flags = titan_flags(plan_for({"fsdp": 1024, "expert": 8}), **NAMES)
     assert flags == [
         "--module", "qwen3_235b", "--config", "qwen3_235b_a22b",
@@ -100,7 +100,7 @@ def test_context_inside_a_chip_moves_the_devices_from_tp_to_cp():
         titan_degrees({"fsdp": 4}, devices_per_chip=2, within_chip="pipeline")
 
 
-def test_chip_split_costs_for_chapter_19s_plan_by_hand():
+def test_chip_split_costs_for_chapter_26s_plan_by_hand():
     plan = plan_for({"fsdp": 1024, "expert": 8})
     context, tensor = chip_split_costs(plan).values()
     tokens, layers, half = 4096, 94, 1 / 2  # a chip's tokens; what a device receives
