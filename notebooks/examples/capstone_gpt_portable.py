@@ -59,8 +59,8 @@ PEAK_LR = 3e-3
 
 
 class _WithoutProfilerNotice(logging.Filter):
-    """Drop Dynamo's notice that it skips the optimizer's profiler label when
-    it compiles `optimizer.step` (the step runs the same): nothing to act on."""
+    """Drop Dynamo's notice that it skips the optimizer's profiler label
+    when it compiles `optimizer.step` (the step runs the same)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "Profiler record function" not in record.getMessage()
