@@ -178,6 +178,18 @@ def test_an_agenda_covers_parts_one_to_three_with_exercises(heading: str) -> Non
     assert all(row["exercises"] > 0 for row in taught.values() if row["material"])
 
 
+def test_the_full_day_ends_on_the_capstone() -> None:
+    """Issue 38: the last taught block of the full day is Part V, both of its chapters."""
+    toc = yaml.safe_load((REPOSITORY / "_toc.yml").read_text())
+    capstone = next(part for part in toc["parts"] if part["caption"].startswith("V."))
+    chapters = {c["file"] for c in capstone["chapters"] if c["file"].startswith("notebooks/")}
+    last = [row for row in agenda("Full day") if "notebooks/" in row["material"]][-1]
+    assert len(chapters) == 2
+    assert {f"{chapter}.ipynb" for chapter in chapters} <= set(
+        re.findall(r"(notebooks/\d\d_\w+\.ipynb)", last["material"])
+    )
+
+
 GLOSSARY = REPOSITORY / "book" / "reference" / "glossary.md"
 GLOSSARY_ENTRY = re.compile(r"^(\S[^\n]*)\n((?:  [^\n]*\n)+)", re.MULTILINE)
 
