@@ -32,6 +32,10 @@ The model follows the Scaling Book's inference chapter ("All About Transformer I
   `--enable-expert-parallel`, or tpu-inference's `enable_dp_attention`. The communication between
   devices is left out, so the times are lower bounds, as every roofline here. Memory keeps
   `HBM_HEADROOM` (10 %) free, as `tpuready.calc.plan` does.
+- A server's latencies (`serving_latency`) reuse the same step: the time to first token is the
+  steps that prefill a prompt in chunks of the token budget beside the running decodes, the
+  inter-token latency one decode step of `max_num_seqs` sequences (its docstring lists the
+  assumptions).
 """
 
 from __future__ import annotations
@@ -48,11 +52,13 @@ __all__ = [
     "TPU_PACKED_HEAD_DIM",
     "DecodeStep",
     "InferenceError",
+    "ServingLatency",
     "decode_step",
     "experts_touched",
     "kv_bytes_per_token",
     "kv_head_replicas",
     "max_concurrent_sequences",
+    "serving_latency",
     "tpu_head_dim",
     "weight_bytes_read",
 ]
@@ -291,8 +297,31 @@ def decode_step(
     """The roofline of one decode step for `batch` sequences of `context_len` tokens on `chips`
     chips, attention split as `attention_data_parallel` says, at the busiest device's share of
     the bytes and FLOPs and its peak bf16 FLOP/s and HBM bandwidth."""
-    chip = as_chip(chip, error=InferenceError)
     size = whole_number("batch", batch, fix="sequences decoded together", error=InferenceError)
+    return _engine_step(
+        model, chip, size, context_len, 0, chips=chips,
+        attention_data_parallel=attention_data_parallel, bytes_per_param=bytes_per_param,
+        kv_bytes_per_value=kv_bytes_per_value, tpu_layout=tpu_layout,
+    )  # fmt: skip
+
+
+def _engine_step(
+    model: ModelConfig,
+    chip: Chip | str,
+    size: int,
+    context_len: object,
+    prefill_tokens: int,
+    *,
+    chips: object,
+    attention_data_parallel: object,
+    bytes_per_param: object,
+    kv_bytes_per_value: float,
+    tpu_layout: bool,
+) -> DecodeStep:
+    """One engine step: `size` decoding sequences of `context_len` tokens, plus
+    `prefill_tokens` prompt tokens on the busiest attention group (their matmuls and the
+    weights they read; their own attention is left out)."""
+    chip = as_chip(chip, error=InferenceError)
     length = whole_number(
         "context_len", context_len, fix="tokens per sequence", error=InferenceError
     )
@@ -301,6 +330,7 @@ def decode_step(
         "bytes_per_param", bytes_per_param, fix="2 for bf16, 1 for int8", error=InferenceError
     )
     group_batch = -(-size // layout.groups)  # the busiest attention group's sequences
+    group_tokens = group_batch + prefill_tokens
     kv = (
         group_batch
         * length
@@ -309,9 +339,11 @@ def decode_step(
         / layout.tensor_parallel
     )
     moe = model.num_experts > 1
-    unread_rows = 0 if model.tied_embeddings else max(model.vocab_size - group_batch, 0)
+    unread_rows = 0 if model.tied_embeddings else max(model.vocab_size - group_tokens, 0)
     experts_read = (
-        model.num_layers * experts_touched(model, size) * model.params_per_expert if moe else 0
+        model.num_layers * experts_touched(model, size + prefill_tokens) * model.params_per_expert
+        if moe
+        else 0
     )
     params_read = (layout.group_params - unread_rows * model.hidden_size) / layout.tensor_parallel
     params_read += experts_read / layout.devices
@@ -321,11 +353,110 @@ def decode_step(
         - (expert_matmul if moe else 0)
         + (layout.kv_replicas - 1) * model.num_layers * 2 * model.hidden_size * model.kv_dim
     )
-    flops = 2 * group_batch * group_matmul / layout.tensor_parallel
-    flops += 2 * size * (expert_matmul if moe else 0) / layout.devices
+    flops = 2 * group_tokens * group_matmul / layout.tensor_parallel
+    flops += 2 * (size + prefill_tokens) * (expert_matmul if moe else 0) / layout.devices
     return DecodeStep(
         batch=size,
         kv_seconds=kv / layout.bytes_per_second,
         weight_seconds=params_read * param_bytes / layout.bytes_per_second,
         compute_seconds=flops / layout.flops_per_second,
+    )
+
+
+@dataclass(frozen=True)
+class ServingLatency:
+    """A server's latencies by roofline (a model, not a measurement): the time to first token
+    of one prompt, and the inter-token latency of the running requests with and without a
+    prompt chunk beside them."""
+
+    prompt_tokens: int
+    chunk_tokens: int
+    """Prompt tokens one step prefills: the token budget less the running requests' decodes."""
+    prefill_steps: tuple[DecodeStep, ...]
+    """The steps that prefill the prompt, one per chunk, each beside the running decodes."""
+    decode: DecodeStep
+    """A step of `max_num_seqs` decodes alone: the steady inter-token latency."""
+
+    @property
+    def ttft_seconds(self) -> float:
+        """Time to first token: the prompt's chunks, one engine step each (queueing left out)."""
+        return sum(step.seconds for step in self.prefill_steps)
+
+    @property
+    def itl_seconds(self) -> float:
+        """Inter-token latency of a running request while no prompt is being prefilled."""
+        return self.decode.seconds
+
+    @property
+    def prefill_itl_seconds(self) -> float:
+        """Inter-token latency of the running requests during a step with a full prompt chunk:
+        what a larger token budget costs the requests already decoding."""
+        return self.prefill_steps[0].seconds
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Output tokens per second of the steady decode: `max_num_seqs / itl_seconds`."""
+        return self.decode.tokens_per_second
+
+
+def serving_latency(
+    model: ModelConfig,
+    chip: Chip | str,
+    *,
+    prompt_tokens: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    context_len: int,
+    chips: int = 1,
+    attention_data_parallel: int = 1,
+    bytes_per_param: float = 2,
+    kv_bytes_per_value: float = 2,
+    tpu_layout: bool = True,
+) -> ServingLatency:
+    """Time to first token, inter-token latency and decode throughput of a server running
+    `max_num_seqs` requests of `context_len` tokens with a step budget of
+    `max_num_batched_tokens` tokens, by the roofline of `decode_step`.
+
+    Assumptions (a model, not a measurement): the server is full, so a new prompt runs beside
+    `max_num_seqs - 1` decoding requests (it takes the last slot); each step gives every decode
+    one token first and the prompt the rest of the budget (vLLM's V1 scheduler with chunked
+    prefill), one chunk per step; each step reads the weights once and the decodes' KV cache,
+    and computes `2 x matmul parameters` FLOPs per token (the prompt's own attention, its FLOPs
+    and its reads of its earlier chunks' cache, is left out, as are queueing, communication,
+    padding to buckets and the host's time), so every time is a lower bound. The steady
+    inter-token latency is one `decode_step` of `max_num_seqs` sequences."""
+    prompt = whole_number(
+        "prompt_tokens", prompt_tokens, fix="tokens in the prompt", error=InferenceError
+    )
+    budget = whole_number(
+        "max_num_batched_tokens", max_num_batched_tokens,
+        fix="pass the engine's --max-num-batched-tokens", error=InferenceError,
+    )  # fmt: skip
+    running = whole_number(
+        "max_num_seqs", max_num_seqs, fix="pass the engine's --max-num-seqs", error=InferenceError
+    )
+    if budget < running:
+        raise InferenceError(
+            f"max_num_batched_tokens ({budget}) must be at least max_num_seqs ({running}): vLLM "
+            "refuses a budget that cannot give every running request a token; raise "
+            "--max-num-batched-tokens or lower --max-num-seqs"
+        )
+
+    def step(decoding: int, prefill: int) -> DecodeStep:
+        return _engine_step(
+            model, chip, decoding, context_len, prefill, chips=chips,
+            attention_data_parallel=attention_data_parallel, bytes_per_param=bytes_per_param,
+            kv_bytes_per_value=kv_bytes_per_value, tpu_layout=tpu_layout,
+        )  # fmt: skip
+
+    decodes = running - 1
+    chunk = budget - decodes
+    full, rest = divmod(prompt, chunk)
+    chunks = [chunk] * full + ([rest] if rest else [])
+    steps = {size: step(decodes, size) for size in set(chunks)}
+    return ServingLatency(
+        prompt_tokens=prompt,
+        chunk_tokens=chunk,
+        prefill_steps=tuple(steps[size] for size in chunks),
+        decode=step(running, 0),
     )
