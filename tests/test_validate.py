@@ -246,6 +246,20 @@ CALLS: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
             "attention_data_parallel": 2,
         },
     ),
+    (
+        "serving_latency",
+        inference.serving_latency,
+        {
+            "model": TINY_MOE,
+            "chip": "v6e",
+            "prompt_tokens": 100,
+            "max_num_batched_tokens": 64,
+            "max_num_seqs": 8,
+            "context_len": 1024,
+            "chips": 2,
+            "attention_data_parallel": 2,
+        },
+    ),
 ]
 # The arguments that are real numbers (a rate, a byte count), not whole numbers.
 NUMBERS = {
@@ -770,6 +784,10 @@ BAD_INPUTS: list[tuple[str, str, object, Callable[[Any], object]]] = [
      lambda v: inference.kv_bytes_per_token(TINY_MOE, bytes_per_value=v)),
     ("inference.max_concurrent_sequences", "hbm_headroom", 2.0,
      lambda v: inference.max_concurrent_sequences(TINY_MOE, "v5e", 64, hbm_headroom=v)),
+    ("inference.serving_latency", "max_num_batched_tokens", 4,
+     lambda v: inference.serving_latency(
+         TINY_MOE, "v6e", prompt_tokens=100, max_num_batched_tokens=v, max_num_seqs=8,
+         context_len=64)),
     ("inference.tpu_head_dim", "head_dim", None, lambda v: inference.tpu_head_dim(v)),
     ("inference.weight_bytes_read", "batch", True,
      lambda v: inference.weight_bytes_read(TINY_MOE, v)),
@@ -799,6 +817,7 @@ NOT_IN_THE_TABLE = {
     "serving.Schedule": "what schedule returns",
     "serving.Request": "a record: schedule checks it, naming the request's index (row above)",
     "inference.DecodeStep": "what decode_step returns",
+    "inference.ServingLatency": "what serving_latency returns",
 }
 CALC_MODULES = (
     hardware,
