@@ -62,6 +62,24 @@ def test_two_hosts_share_one_rendezvous_and_differ_by_node_rank():
     assert {launch.world_size for launch in launches} == {8}
 
 
+@pytest.mark.parametrize("num_hosts", [1, 3])
+def test_a_module_runs_with_torchruns_dash_m_as_torchrun_reads_it(num_hosts):
+    from torch.distributed.run import parse_args
+
+    flags = ["--module", "qwen3_235b", "--checkpoint.enable"]
+    launches = host_launch_commands(
+        "torchtitan.train", chip="v7", num_hosts=num_hosts, script_args=flags, module=True
+    )
+    for launch in launches:
+        assert launch.argv[-5:] == ("-m", "torchtitan.train", *flags)
+        # torchrun's own parser: a module to run, and every flag left for it.
+        parsed = parse_args(list(launch.argv[4:]))
+        assert parsed.module
+        assert parsed.training_script == "torchtitan.train"
+        assert parsed.training_script_args == flags
+        assert int(parsed.nproc_per_node) == launch.ranks_per_host == 8
+
+
 def test_format_prints_every_host_on_its_own_line():
     launches = host_launch_commands(
         "train.py", chip="v6e", num_hosts=2, script_args=["--steps", "100"]
@@ -142,6 +160,12 @@ def test_ranks_per_host_defaults_to_the_largest_count_a_host_runs(chip, default,
         ({"coordinator": "$HOST.local"}, HostLaunchError, "coordinator must be an address or"),
         ({"coordinator": "a b"}, HostLaunchError, "coordinator must be a non-empty string"),
         ({"job_id": ""}, HostLaunchError, "job_id must be a non-empty string"),
+        ({"module": 1}, HostLaunchError, "module must be True or False, got 1"),
+        (
+            {"module": True, "script": "scripts/train.py"},
+            HostLaunchError,
+            "script must be a dotted module name with module=True, got 'scripts/train.py'",
+        ),
     ],
 )
 def test_bad_arguments_are_named(kwargs, error, message):

@@ -31,6 +31,7 @@ from tpuready.calc.titan import (
     titan_degrees,
     titan_flags,
     titan_options,
+    titan_run_flags,
 )
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -414,6 +415,10 @@ def test_torchtitan_accepts_the_flags_and_rejects_the_mistakes():
             for flag in best
         ],
         "module": ["--module", "qwen3_nope", *best[2:]],
+        "launch": titan_flags(
+            plan_for({"fsdp": 1024, "expert": 8}), **NAMES,
+            run_flags=titan_run_flags(dump_folder="/mnt/run", checkpoint_interval=250),
+        ),
     }  # fmt: skip
     devices = 8192 * 2  # chapter 14's v7 chips, two devices each
     printed = subprocess.run(
@@ -456,3 +461,45 @@ def test_torchtitan_accepts_the_flags_and_rejects_the_mistakes():
     # TorchTitan's own 235B-A22B counts the parameters chapter 14 counted from transformers.
     assert report["model"]["params"] == QWEN3_235B.total_params
     assert "CUDA" in report["model"]["stopped"]
+    # The run flags as TorchTitan reads them, and its refusal of TorchTPU's backend for
+    # FlexAttention.
+    launch = results["launch"]
+    assert launch["accepted"] and launch["dump_folder"] == "/mnt/run"
+    assert launch["checkpoint"] == {
+        "enable": True, "folder": "checkpoint", "interval": 250, "async_mode": "async",
+    }  # fmt: skip
+    assert launch["compile"]["enable"] and launch["compile"]["backend"] == "tpu"
+    assert "FlexAttention" in report["model"]["compile_refused"]["tpu"]
+
+
+def test_run_flags_go_before_the_subcommand_and_name_torchtpus_backend():
+    run = titan_run_flags(dump_folder="/mnt/run", checkpoint_interval=250)
+    assert titan_options(run) == {
+        "--dump_folder": "/mnt/run",
+        "--checkpoint.enable": "",
+        "--checkpoint.folder": "checkpoint",
+        "--checkpoint.interval": "250",
+        "--checkpoint.async_mode": "async",
+        "--compile.enable": "",
+        "--compile.backend": "tpu",
+    }
+    plan = plan_for({"fsdp": 1024, "expert": 8})
+    flags = titan_flags(plan, **NAMES, run_flags=run)
+    assert flags == [*titan_flags(plan, **NAMES)[:-1], *run, flags[-1]]
+    assert flags[-1] == "activation-checkpoint:none"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"checkpoint_interval": 0}, "checkpoint_interval must be at least 1"),
+        ({"checkpoint_interval": 5, "async_mode": "threads"}, "async_mode must be one of"),
+        ({"checkpoint_interval": 5, "dump_folder": ""}, "dump_folder must be a non-empty"),
+        ({"checkpoint_interval": 5, "compile_backend": "--x"}, "compile_backend must be"),
+    ],
+)
+def test_run_flags_refuse_bad_values(kwargs, needle):
+    with pytest.raises(TitanConfigError, match=needle):
+        titan_run_flags(**{"dump_folder": "/mnt/run", **kwargs})
+    with pytest.raises(TitanConfigError, match="run_flags must be a list of strings"):
+        titan_flags(plan_for({"fsdp": 1024, "expert": 8}), **NAMES, run_flags="--x")

@@ -694,6 +694,8 @@ BAD_INPUTS: list[tuple[str, str, object, Callable[[Any], object]]] = [
     ("titan.titan_degrees", "devices_per_chip", 0,
      lambda v: titan.titan_degrees({"fsdp": 4}, devices_per_chip=v)),
     ("titan.titan_flags", "module", 42, lambda v: titan.titan_flags(PLAN, module=v, config="c")),
+    ("titan.titan_run_flags", "checkpoint_interval", 0,
+     lambda v: titan.titan_run_flags(dump_folder="/mnt/run", checkpoint_interval=v)),
     ("titan.rejected_flag", "message", 42, lambda v: titan.rejected_flag(v)),
     ("titan.titan_degrees", "within_chip", "pipeline",
      lambda v: titan.titan_degrees({"fsdp": 4}, devices_per_chip=2, within_chip=v)),

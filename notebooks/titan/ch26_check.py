@@ -13,8 +13,12 @@ checks are not run (`tpuready.calc.titan.titan_flags` keeps to them); the
 global batch is reported as the trainer derives it. For the first
 accepted case it also builds the model on the meta device and calls the
 model's `parallelize_fn`, which is where a CPU stops; and it reads the
-bf16 peak TorchTitan's MFU divides by for each TPU. Prints one JSON
-line; TorchTitan's log goes to standard error.
+bf16 peak TorchTitan's MFU divides by for each TPU. An accepted case's
+checkpoint, compile and output settings are reported as TorchTitan read
+them; for each compile backend an accepted case enables, the model is
+put to the check TorchTitan's `apply_compile` makes first (a model with
+FlexAttention compiles with 'inductor' or 'aot_eager' only). Prints one
+JSON line; TorchTitan's log goes to standard error.
 """
 
 import contextlib
@@ -26,6 +30,7 @@ import sys
 import torch
 import torch.distributed as dist
 from torchtitan.config import ConfigManager
+from torchtitan.distributed.compile import _maybe_regional_inductor_backend
 from torchtitan.distributed.parallel_dims import ParallelDims
 from torchtitan.tools.utils import get_peak_flops
 
@@ -121,12 +126,24 @@ def check(flags: list[str], world_size: int) -> tuple[dict, object]:
         "seq_len": training.seq_len,
         "activation_checkpoint": checkpointing,
         "model": f"{config.model_spec.name} {config.model_spec.flavor}",
+        "dump_folder": config.dump_folder,
+        "comm_mode": config.comm.mode,
+        "checkpoint": {
+            key: getattr(config.checkpoint, key)
+            for key in ("enable", "folder", "interval", "async_mode")
+        },
+        "compile": {
+            "enable": config.compile.enable,
+            "backend": config.compile.backend,
+            "components": list(config.compile.components),
+        },
     }
     return result, (config, dims)
 
 
-def model_on_meta(config: object, dims: ParallelDims) -> dict:
-    """Build the model on meta, count it, try TorchTitan's parallelize_fn."""
+def model_on_meta(config: object, dims: ParallelDims) -> tuple[dict, object]:
+    """Build the model on meta, count it, try TorchTitan's parallelize_fn;
+    the report and the model."""
     spec = config.model_spec
     spec.model.update_from_config(config=config)
     with torch.device("meta"):
@@ -147,7 +164,20 @@ def model_on_meta(config: object, dims: ParallelDims) -> dict:
         stopped = ""
     except (AssertionError, RuntimeError) as error:
         stopped = f"{type(error).__name__}: {str(error).splitlines()[0]}"
-    return {"params": params, "flops_per_token": flops, "stopped": stopped}
+    report = {"params": params, "flops_per_token": flops, "stopped": stopped}
+    return report, model
+
+
+def compile_refusals(model: object, backends: list[str]) -> dict:
+    """By backend, apply_compile's refusal of it for `model` ('' if none)."""
+    refused = {}
+    for backend in backends:
+        try:
+            _maybe_regional_inductor_backend(model, backend)
+            refused[backend] = ""
+        except ValueError as error:
+            refused[backend] = f"ValueError: {error}"
+    return refused
 
 
 def main() -> None:
@@ -156,14 +186,18 @@ def main() -> None:
     results, model = [], None
     with contextlib.redirect_stdout(sys.stderr):
         dist.init_process_group("fake", rank=0, world_size=world_size)
-        first_accepted = None
+        first_accepted, backends = None, []
         for case in cases:
             result, built = check(case["flags"], world_size)
             results.append({"name": case["name"], **result})
             if built is not None and first_accepted is None:
                 first_accepted = built
+            compiled = result.get("compile", {})
+            if compiled.get("enable") and compiled["backend"] not in backends:
+                backends.append(compiled["backend"])
         if first_accepted is not None:
-            model = model_on_meta(*first_accepted)
+            model, built_model = model_on_meta(*first_accepted)
+            model["compile_refused"] = compile_refusals(built_model, backends)
         dist.destroy_process_group()
         # The peak TorchTitan divides by for MFU, per device, by device name.
         peaks = {name: get_peak_flops(name) for name in TPU_NAMES}

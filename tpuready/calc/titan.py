@@ -93,6 +93,7 @@ from tpuready.calc.plan import AXES, Plan, PlanError
 from tpuready.validate import InputError, one_of, whole_number
 
 __all__ = [
+    "CHECKPOINT_ASYNC_MODES",
     "TITAN_VERSION",
     "WITHIN_CHIP",
     "ChipSplit",
@@ -105,6 +106,7 @@ __all__ = [
     "titan_degrees",
     "titan_flags",
     "titan_options",
+    "titan_run_flags",
 ]
 
 TITAN_VERSION = "0.3.0"
@@ -113,6 +115,9 @@ TITAN_VERSION = "0.3.0"
 WITHIN_CHIP: tuple[str, ...] = ("context", "tensor")
 """The TorchTitan degree a chip's devices can split its work over: `context_parallel_degree`
 or `tensor_parallel_degree` (`choose_within_chip` picks one for a plan)."""
+
+CHECKPOINT_ASYNC_MODES: tuple[str, ...] = ("disabled", "async", "async_with_pinned_mem")
+"""TorchTitan 0.3.0's `--checkpoint.async_mode` values (its DCP checkpointer's `Literal`)."""
 
 BF16, FP32 = 2, 4
 
@@ -177,13 +182,24 @@ def titan_degrees(
 
 
 def titan_flags(
-    plan: Plan, *, module: str, config: str, within_chip: str | None = None
+    plan: Plan,
+    *,
+    module: str,
+    config: str,
+    within_chip: str | None = None,
+    run_flags: Sequence[str] = (),
 ) -> list[str]:
     """`python -m torchtitan.train`'s arguments for `plan` on its chip's devices, split over
     `within_chip` (`WITHIN_CHIP`; by default `choose_within_chip(plan)`), with TorchTitan's
     config registry `module` and its function `config` (which supplies the model): the map in
-    the module docstring."""
+    the module docstring. `run_flags` (`titan_run_flags`) go before the activation-checkpoint
+    subcommand, which comes last: tyro applies every flag after a subcommand to it, and
+    TorchTitan rejects the run flags there ("Unrecognized or misplaced options")."""
     _require_split_plan(plan)
+    if isinstance(run_flags, str) or not all(isinstance(flag, str) for flag in run_flags):
+        raise TitanConfigError(
+            f"run_flags must be a list of strings, got {run_flags!r}: use titan_run_flags"
+        )
     for name, value, pattern, example in (
         ("module", module, _MODULE, "qwen3_235b"),
         ("config", config, _FUNCTION, "qwen3_235b_a22b"),
@@ -228,9 +244,62 @@ def titan_flags(
         "--training.seq_len",
         str(plan.seq_len),
         "--training.disable_cuda_graphs",
+        *run_flags,
         "activation-checkpoint:full" if plan.recompute else "activation-checkpoint:none",
     ]
     return flags
+
+
+def titan_run_flags(
+    *,
+    dump_folder: str,
+    checkpoint_interval: int,
+    checkpoint_folder: str = "checkpoint",
+    async_mode: str = "async",
+    compile_backend: str = "tpu",
+) -> list[str]:
+    """TorchTitan 0.3.0's flags for a run's output, checkpoints and compilation, appended to
+    `titan_flags`' (taught in chapter 26, step 6):
+
+    - `--dump_folder`: where the trainer writes; every host must see the same folder;
+    - `--checkpoint.enable`, `--checkpoint.folder` (relative to the dump folder),
+      `--checkpoint.interval` (steps between saves) and `--checkpoint.async_mode`
+      (`CHECKPOINT_ASYNC_MODES`; 'async' stages the save on the host in a thread, over a gloo
+      group; 'async_with_pinned_mem' also pins the staging memory);
+    - `--compile.enable` and `--compile.backend`: TorchTitan passes the backend to
+      `torch.compile` by name (default 'inductor', which TorchTPU 0.2.0 refuses for TPU
+      inputs), so the default here is TorchTPU's, 'tpu'. `--compile.components` keeps
+      TorchTitan's default, the model and the loss."""
+    for name, value in (
+        ("dump_folder", dump_folder),
+        ("checkpoint_folder", checkpoint_folder),
+        ("compile_backend", compile_backend),
+    ):
+        if not isinstance(value, str) or not value.strip() or value.startswith("-"):
+            raise TitanConfigError(
+                f"{name} must be a non-empty string that is not a flag, got {value!r}"
+            )
+    interval = whole_number(
+        "checkpoint_interval",
+        checkpoint_interval,
+        fix="pass the steps between checkpoints, such as 500",
+        error=TitanConfigError,
+    )
+    async_mode = one_of("async_mode", async_mode, CHECKPOINT_ASYNC_MODES, error=TitanConfigError)
+    return [
+        "--dump_folder",
+        dump_folder,
+        "--checkpoint.enable",
+        "--checkpoint.folder",
+        checkpoint_folder,
+        "--checkpoint.interval",
+        str(interval),
+        "--checkpoint.async_mode",
+        async_mode,
+        "--compile.enable",
+        "--compile.backend",
+        compile_backend,
+    ]
 
 
 @dataclass(frozen=True)

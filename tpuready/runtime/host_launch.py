@@ -54,6 +54,8 @@ DEFAULT_COORDINATOR = "$COORDINATOR_ADDRESS"
 # `$NAME` or `${NAME}`: a coordinator address the shell of each host fills in.
 _SHELL_VARIABLE = re.compile(r"\$(?:[A-Za-z_]\w*|\{[A-Za-z_]\w*\})")
 _HIGHEST_PORT = 65535
+# A module torchrun's `-m` runs: `torchtitan.train`.
+_MODULE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 
 class HostLaunchError(InputError):
@@ -116,6 +118,7 @@ def host_launch_commands(
     port: int = 29500,
     job_id: str = "capstone",
     python: str = "python",
+    module: bool = False,
 ) -> list[HostLaunch]:
     """The command each of `num_hosts` hosts of a `chip` slice runs to start `script`.
 
@@ -134,6 +137,10 @@ def host_launch_commands(
     The table states no chips per host for v4 and v5p: pass the count of devices your host
     shows there. `chip` is a TPU name ('v6e', 'TPU v5e', ...); an unknown name raises
     `UnknownChipError`, a GPU `HostLaunchError`.
+
+    With `module=True`, `script` is a module that every rank runs as `python -m SCRIPT`
+    (torchrun's `-m`, written before it: `... -m torchtitan.train ARGS`), and must be a
+    dotted module name.
     """
     resolved = as_chip(chip, error=HostLaunchError)
     allowed = tpu_ranks_per_host(resolved)
@@ -169,6 +176,13 @@ def host_launch_commands(
     )
     if port > _HIGHEST_PORT:
         raise HostLaunchError(f"port must be at most {_HIGHEST_PORT}, got {port}: pass a TCP port")
+    if not isinstance(module, bool):
+        raise HostLaunchError(f"module must be True or False, got {module!r}")
+    if module and (not isinstance(script, str) or not _MODULE_NAME.fullmatch(script)):
+        raise HostLaunchError(
+            f"script must be a dotted module name with module=True, got {script!r}: "
+            "pass the module each rank runs, such as 'torchtitan.train'"
+        )
     script = _check_text("script", script, "pass the path of the training script", spaces=True)
     if isinstance(script_args, str | bytes) or not isinstance(script_args, Sequence):
         raise HostLaunchError(
@@ -192,7 +206,7 @@ def host_launch_commands(
     )
 
     prefix = (python, "-m", "tpuready", "torchrun")
-    tail = (script, *script_args)
+    tail = ("-m", script, *script_args) if module else (script, *script_args)
     rank_flag = f"--nproc-per-node={ranks_per_host}"
     if num_hosts == 1:
         return [
