@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tpuready.runtime import timing
-from tpuready.runtime.timing import TimingError, TimingResult, time_call, wait_for
+from tpuready.runtime.timing import TimingError, TimingResult, slow_steps, time_call, wait_for
 
 
 class FakeAccelerator:
@@ -290,3 +290,79 @@ def test_a_timing_is_labelled_only_under_the_emulated_tpu(monkeypatch: pytest.Mo
     monkeypatch.setattr(tpuready.emulator, "_LOADED", parse_host("1"))
     assert timing_note() == EMULATED_NOTE
     assert "not a TPU's" in EMULATED_NOTE
+
+
+# ---------------------------------------------------------------------------------------------
+# slow_steps: the steps that took much longer than the typical one
+
+
+def test_the_step_that_compiled_is_named() -> None:
+    # A run that compiled at step 0 and again at step 5 (a new shape), 10 ms a step otherwise.
+    seconds = [2.0, 0.010, 0.011, 0.009, 0.010, 0.9, 0.010, 0.011]
+    assert slow_steps(seconds) == [0, 5]
+
+
+def test_a_steady_run_has_no_slow_step() -> None:
+    assert slow_steps([0.010, 0.012, 0.011, 0.029]) == []
+
+
+def test_the_factor_sets_how_much_slower_counts() -> None:
+    seconds = [1.0, 1.0, 1.0, 2.5]
+    assert slow_steps(seconds, factor=2.0) == [3]
+    assert slow_steps(seconds, factor=3.0) == []
+
+
+@pytest.mark.parametrize(
+    ("seconds", "factor", "message"),
+    [
+        ([], 3.0, "seconds must be a non-empty sequence"),
+        ("0.1", 3.0, "seconds must be a non-empty sequence"),
+        (0.1, 3.0, "seconds must be a non-empty sequence"),
+        ([0.1, -1.0], 3.0, r"seconds\[1\] must be .*got -1.0"),
+        ([0.1, math.nan], 3.0, r"seconds\[1\].*nan"),
+        ([0.1, 0.2], 1.0, "factor must be above 1, got 1.0"),
+        ([0.1, 0.2], 0, "factor must be .*got 0"),
+        ([0.1, 0.2], True, "factor must be a number, got True"),
+    ],
+)
+def test_bad_step_times_and_factors_are_refused_by_name(
+    seconds: object, factor: object, message: str
+) -> None:
+    with pytest.raises(TimingError, match=message):
+        slow_steps(seconds, factor=factor)  # type: ignore[arg-type]
+
+
+step_times = st.lists(
+    st.floats(min_value=0, max_value=1e6, allow_nan=False), min_size=1, max_size=40
+)
+factors = st.floats(min_value=1.01, max_value=100)
+
+
+@given(values=step_times, factor=factors)
+def test_at_most_half_the_steps_are_slow(values: list[float], factor: float) -> None:
+    flagged = slow_steps(values, factor=factor)
+    assert 2 * len(flagged) <= len(values)
+    assert flagged == sorted(set(flagged))
+
+
+@given(values=step_times, factor=factors)
+def test_a_step_is_flagged_exactly_when_it_exceeds_factor_times_the_median(
+    values: list[float], factor: float
+) -> None:
+    median = TimingResult(tuple(values)).median
+    flagged = set(slow_steps(values, factor=factor))
+    for index, value in enumerate(values):
+        assert (index in flagged) == (value > factor * median)
+
+
+@given(values=step_times, factor=factors, scale=st.floats(min_value=1e-3, max_value=1e3))
+def test_the_answer_does_not_depend_on_the_clock_unit(
+    values: list[float], factor: float, scale: float
+) -> None:
+    # Seconds or milliseconds: the same steps are slow (up to rounding at the boundary).
+    median = TimingResult(tuple(values)).median
+    clear = [v for v in values if abs(v - factor * median) > 1e-6 * (1 + v)]
+    if len(clear) == len(values):
+        assert slow_steps(values, factor=factor) == slow_steps(
+            [v * scale for v in values], factor=factor
+        )

@@ -212,7 +212,8 @@ def warmup_cosine(step, total):
     """The original's schedule: a linear warm-up, then a cosine to zero."""
     if step < WARMUP_STEPS:
         return (step + 1) / WARMUP_STEPS
-    progress = min((step - WARMUP_STEPS) / (total - WARMUP_STEPS), 1.0)
+    decay_steps = max(total - WARMUP_STEPS, 1)  # total may equal the warm-up
+    progress = min((step - WARMUP_STEPS) / decay_steps, 1.0)
     return 0.5 * (1 + math.cos(math.pi * progress))
 
 
@@ -434,8 +435,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         init_rank()  # this rank's backend and device, from one chooser
     result = train(settings)
     if result["device"] != "cpu":
-        peak = torch.accelerator.max_memory_allocated() / 2**20
-        result["peak_mib"] = round(peak)
+        try:
+            peak = torch.accelerator.max_memory_allocated() / 2**20
+            result["peak_mib"] = round(peak)
+        except RuntimeError:  # a backend without allocator statistics
+            result["peak_mib"] = None  # (the emulated TPU: not recorded)
     if not launched or dist.get_rank() == 0:  # the same on every rank
         print(json.dumps(result))
     if launched:

@@ -4,7 +4,8 @@ The one timing helper of the book's notebooks: chapter 1 (`01_device_agnostic_ba
 and 4) teaches why a clock read right after a PyTorch call measures only the launch and times
 tensor creation; chapter 16 (`16_static_shapes_and_recompiles`, step 4) times one compile
 against a steady-state call; chapter 21 (`21_rooflines_and_mfu`, step 3) times a
-training step for its MFU.
+training step for its MFU; chapter 27 (`27_capstone_port_the_script`, step 5) flags the steps of a
+run that took much longer than the typical one (`slow_steps`), a compile no counter saw.
 
 How `wait_for` waits, by device:
 
@@ -30,7 +31,7 @@ written to device memory.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -40,7 +41,15 @@ from torch.utils._pytree import tree_leaves  # torch 2.13 has no public pytree m
 
 from tpuready.validate import InputError, number, whole_number
 
-__all__ = ["EMULATED_NOTE", "TimingError", "TimingResult", "time_call", "timing_note", "wait_for"]
+__all__ = [
+    "EMULATED_NOTE",
+    "TimingError",
+    "TimingResult",
+    "slow_steps",
+    "time_call",
+    "timing_note",
+    "wait_for",
+]
 
 EMULATED_NOTE = " (emulated TPU: this CPU's time, not a TPU's)"
 
@@ -162,3 +171,38 @@ def time_call(
         wait_for(fn(*args, **kwargs))
         samples.append(perf_counter() - start)
     return TimingResult(tuple(samples))
+
+
+def slow_steps(seconds: Sequence[float], *, factor: float = 3.0) -> list[int]:
+    """The indices of the steps that took more than `factor` times the median step, in order.
+
+    A compile shows up in a training run's step times even where no counter sees it (TorchTPU's
+    DEFER_AND_FUSE eager mode compiles whatever op sequence, shapes and scalar values it has not
+    met): the step that compiled takes many times a steady step. The median is the yardstick, so
+    fewer than half the steps may be slow for the answer to mean anything; the first step, which
+    pays every one-off cost, is flagged like any other. Taught in
+    `notebooks/27_capstone_port_the_script.ipynb`.
+    """
+    if isinstance(seconds, str | bytes) or not isinstance(seconds, Sequence) or not seconds:
+        raise TimingError(
+            f"seconds must be a non-empty sequence of step times, got {seconds!r}: pass each "
+            "step's measured seconds, in order"
+        )
+    times = [
+        number(
+            f"seconds[{index}]",
+            value,
+            fix="pass each step's measured seconds",
+            allow_zero=True,
+            error=TimingError,
+        )
+        for index, value in enumerate(seconds)
+    ]
+    factor = number("factor", factor, fix="pass a ratio above 1, such as 3.0", error=TimingError)
+    if factor <= 1:
+        raise TimingError(
+            f"factor must be above 1, got {factor!r}: a factor of 1 or less flags typical steps; "
+            "pass a ratio such as 3.0"
+        )
+    typical = statistics.median(times)
+    return [index for index, value in enumerate(times) if value > factor * typical]
