@@ -608,3 +608,25 @@ def test_torus_fields_come_together_and_match_the_topology() -> None:
     assert get_chip("v7").slice_wraps((2, 4, 4)) == (False, False, False)
     with pytest.raises(ValueError, match="not on a torus"):
         get_chip("h100").slice_wraps((4,))
+
+
+@pytest.mark.parametrize(
+    ("name", "counts"),
+    [
+        ("v4", (1, 2, 4, 8)),
+        ("TPU v5p", (1, 2, 4, 8)),
+        ("v5e", (1, 4, 8)),
+        ("tpu-v6e", (1, 4, 8)),
+        ("ironwood", (2, 4, 8)),
+        ("h100", None),
+    ],
+)
+def test_ranks_per_host_come_from_torchtpus_table(name, counts) -> None:
+    assert hardware.tpu_ranks_per_host(name) == counts
+    assert hardware.tpu_ranks_per_host(hardware.get_chip(name)) == counts
+
+
+def test_every_tpu_has_rank_counts_per_host() -> None:
+    for chip in CHIPS:
+        if chip.vendor == "Google":
+            assert hardware.tpu_ranks_per_host(chip) in hardware.TPU_RANKS_PER_HOST.values()

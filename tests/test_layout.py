@@ -21,7 +21,7 @@ ALLOWED_IMPORTS = {
     "emulator": {"accelerator_api", "calc", "inspection", "validate"},
     "runtime": {"calc", "emulator", "inspection", "validate"},
     "pages": {"accelerator_api", "audit", "calc", "emulator", "inspection", "validate"},
-    "__main__": {"audit"},
+    "__main__": {"audit", "runtime"},
 }
 
 

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from tpuready.calc import (
     alignment,
     buckets,
+    comm_bound,
     hardware,
     ici,
     inference,
@@ -36,7 +37,7 @@ from tpuready.calc import (
     titan,
 )
 from tpuready.calc.hardware import UnknownChipError, get_chip
-from tpuready.runtime import launch, timing
+from tpuready.runtime import host_launch, launch, timing
 from tpuready.validate import InputError, number, one_of, whole_number
 
 TINY_MOE = plan.ModelConfig(
@@ -219,6 +220,21 @@ CALLS: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
         },
     ),
     (
+        "fsdp_compute_bound_tokens_per_chip",
+        comm_bound.fsdp_compute_bound_tokens_per_chip,
+        {"chip": "v5p", "axes": 1},
+    ),
+    (
+        "fsdp_is_compute_bound",
+        comm_bound.fsdp_is_compute_bound,
+        {"tokens_per_chip": 4096.0, "chip": "v6e", "axes": 1},
+    ),
+    (
+        "host_launch_commands",
+        host_launch.host_launch_commands,
+        {"script": "train.py", "chip": "v6e", "num_hosts": 2, "port": 29500},
+    ),
+    (
         "decode_step",
         inference.decode_step,
         {
@@ -248,6 +264,7 @@ NUMBERS = {
     "bytes_per_value",
     "bytes_per_param",
     "rate",
+    "tokens_per_chip",
 }
 # Arguments of other kinds, with their own tests below.
 OTHER = {
@@ -267,6 +284,7 @@ OTHER = {
     "compilation_sizes",
     "requests",
     "tpu_layout",
+    "script",
 }
 
 WHOLE_ARGUMENTS = [
@@ -381,6 +399,8 @@ def test_collective_seconds_needs_a_layout(layout: object):
         (lambda chip: alignment.mxu_tile(chip), "chip_name"),
         (lambda chip: roofline.Roofline.from_chip(chip), "chip"),
         (lambda chip: ici.default_slice_shape(chip, 4), "chip"),
+        (lambda chip: comm_bound.fsdp_compute_bound_tokens_per_chip(chip), "chip"),
+        (lambda chip: host_launch.host_launch_commands("t.py", chip=chip, num_hosts=1), "chip"),
         (
             lambda chip: plan.make_plan(
                 TINY_MOE, {"fsdp": 4}, chip, num_chips=4, global_batch=8, seq_len=128
@@ -516,6 +536,8 @@ def test_every_calculator_error_is_one_family():
         inference.InferenceError,
         timing.TimingError,
         launch.LaunchInputError,
+        comm_bound.CommBoundError,
+        host_launch.HostLaunchError,
     ):
         assert issubclass(error, InputError) and issubclass(error, ValueError)
 
@@ -621,6 +643,14 @@ BAD_INPUTS: list[tuple[str, str, object, Callable[[Any], object]]] = [
      lambda v: hardware.device_peak_flops_per_second(v)),
     ("hardware.device_peak_flops_per_second", "dtype", "bf16",
      lambda v: hardware.device_peak_flops_per_second("cuda", v)),
+    ("hardware.tpu_ranks_per_host", "chip", 5, lambda v: hardware.tpu_ranks_per_host(v)),
+    # comm_bound
+    ("comm_bound.fsdp_compute_bound_tokens_per_chip", "axes", 0,
+     lambda v: comm_bound.fsdp_compute_bound_tokens_per_chip("v5p", axes=v)),
+    ("comm_bound.fsdp_compute_bound_tokens_per_chip", "chip", None,
+     lambda v: comm_bound.fsdp_compute_bound_tokens_per_chip(v)),
+    ("comm_bound.fsdp_is_compute_bound", "tokens_per_chip", -1.0,
+     lambda v: comm_bound.fsdp_is_compute_bound(v, "v6e")),
     # ici
     ("ici.AxisLayout", "link_bytes_per_second", -1.0, lambda v: ici.AxisLayout(RING.pieces, v)),
     ("ici.TorusPiece", "size", 0, lambda v: ici.TorusPiece(v, True)),
@@ -772,6 +802,7 @@ NOT_IN_THE_TABLE = {
 }
 CALC_MODULES = (
     hardware,
+    comm_bound,
     ici,
     plan,
     titan,

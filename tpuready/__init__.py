@@ -4,6 +4,7 @@ One subpackage per purpose; import the module you need (`from tpuready.calc impo
 Imports point one way (tests/test_layout.py holds the rule): `calc` and `inspection` read only
 `validate`, the audit only `accelerator_api`, `emulator` reads `calc` and `inspection`, `runtime`
 reads those and `emulator`, and `pages` reads any part but `runtime`; nothing reads `pages`.
+The command line (`python -m tpuready`, `__main__`) reads `audit` and `runtime`.
 
 - `runtime`: what runs the book's code. `device` (one device variable and one seed, chapter 1),
   `launch` (N processes, each rank on the backend and device of its host; Part II), `timing`
@@ -13,12 +14,14 @@ reads those and `emulator`, and `pages` reads any part but `runtime`; nothing re
   chapter 9), `tiny_models` (the book's tiny Qwen3 sizes, spelled once), `cpu_roofline` (this
   CPU's measured peak and bandwidth, chapter 21 and the appendix *Measuring this CPU*),
   `tiny_decoder` (chapter 21's tiny decoder and training step, rebuilt by chapter 22),
-  `foreign_checkpoint` (a checkpoint as another machine writes it, for chapter 2's exercise).
+  `foreign_checkpoint` (a checkpoint as another machine writes it, for chapter 2's exercise),
+  `host_launch` (what each host of a TPU slice runs, `python -m tpuready torchrun`, chapter 28).
 - `calc`: the book's calculators, pure functions of a chip table. `hardware` (figures with their
   vendor sources), `ici` (collective times on a torus, chapters 8, 11, 14), `plan` (memory, bytes
   and step time of a sharded run, chapter 14), `titan` (a plan as TorchTitan flags, chapter 26),
   `buckets` (padding buckets, chapter 17), `alignment` (MXU tiles, chapter 18), `roofline`
-  (chapter 21), `serving` (vLLM's TPU buckets, chapter 23), `inference` (KV cache, chapter 24).
+  (chapter 21), `serving` (vLLM's TPU buckets, chapter 23), `inference` (KV cache, chapter 24),
+  `comm_bound` (the tokens per chip that keep FSDP compute-bound, chapter 28).
 - `inspection`: looking inside a run. `dispatch` (aten operators, chapter 3), `syncs` (host
   syncs and graph breaks, chapters 6 and 7), `compile_trace` (compilations under `TORCH_TRACE`,
   chapter 17), `check` (the book's relative error and a model of bf16 matmul passes,

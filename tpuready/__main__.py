@@ -4,6 +4,15 @@ Subcommands:
   audit-source PATH...   list the lines that tie code to CUDA (see `tpuready.audit`);
                          with --fix, rewrite what can be ported safely (`tpuready.audit.fix`), with
                          --diff, show that rewrite as a unified diff (the fixer's exit status)
+  torchrun [ARGS...]     torchrun with TorchTPU's launch environment set first: reads
+                         --nnodes and --nproc-per-node, calls
+                         `tpuready.runtime.launch.prepare_launch_environment` (nothing on a CPU
+                         or a GPU), then runs `torch.distributed.run.main(ARGS)` with every
+                         argument unchanged (see `tpuready.runtime.host_launch`); e.g.
+                         `python -m tpuready torchrun --standalone --nproc-per-node=8 train.py`.
+                         Exit status: torchrun's (0 when it returns, 1 with its
+                         `ChildFailedError` when a rank fails), 2 for an elastic
+                         --nnodes=MIN:MAX or a --nproc-per-node that is not a number.
 
 Exit status of `audit-source`: 0 when clean, 1 when there are findings (at or above
 `--severity`; a file or notebook cell that does not parse counts as a `syntax-error` finding)
@@ -75,6 +84,12 @@ def _build_parser() -> argparse.ArgumentParser:
     rewrite.add_argument(
         "--diff", action="store_true", help="show what --fix would change, as a unified diff"
     )
+    torchrun_parser = subcommands.add_parser(
+        "torchrun",
+        help="torchrun with TorchTPU's launch environment set first (every argument is torchrun's)",
+        add_help=False,
+    )
+    torchrun_parser.add_argument("torchrun_args", nargs=argparse.REMAINDER, metavar="ARGS")
     return parser
 
 
@@ -127,6 +142,15 @@ def _run_fix(paths: Sequence[str], *, write: bool, use_config: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse `argv` (default: the process arguments), run the subcommand, return its status."""
+    arguments_given = list(sys.argv[1:] if argv is None else argv)
+    if arguments_given[:1] == ["torchrun"]:
+        # Every argument after the subcommand is torchrun's, --help included: none is parsed here.
+        from tpuready.runtime.host_launch import run_torchrun
+
+        try:
+            return run_torchrun(arguments_given[1:])
+        except SystemExit as exit_request:  # torchrun's parser: 2 on bad usage, 0 after --help
+            return exit_request.code if isinstance(exit_request.code, int) else EXIT_USAGE
     parser = _build_parser()
     try:
         arguments = parser.parse_args(argv)

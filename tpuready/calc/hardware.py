@@ -54,6 +54,7 @@ __all__ = [
     "device_peak_flops_per_second",
     "get_chip",
     "known_names",
+    "tpu_ranks_per_host",
 ]
 
 # How many ranks (one per device) TorchTPU 0.2.0 starts on one host of each TPU generation;
@@ -814,6 +815,16 @@ def as_chip(
             f"{chip!r} ({type(chip).__name__}): pass one of tpuready.calc.hardware.known_names()"
         )
     return get_chip(chip)
+
+
+def tpu_ranks_per_host(chip: object) -> tuple[int, ...] | None:
+    """The rank counts TorchTPU starts on one host of `chip`'s TPU generation, read from
+    `TPU_RANKS_PER_HOST` (`chip` a `Chip` or a name, as `as_chip` takes it); None for a chip
+    with no TorchTPU counts there (a GPU, where the launcher takes any count)."""
+    resolved = as_chip(chip)
+    if resolved.vendor != "Google":
+        return None
+    return TPU_RANKS_PER_HOST.get(resolved.name.removeprefix("TPU "))
 
 
 # The NVIDIA rows are the SXM boards; a name with one of these words is another form factor

@@ -253,7 +253,7 @@ def allowed_rank_counts() -> tuple[int, ...] | None:
         chip = hardware.chip_for_device_name("tpu", torch.tpu.get_device_name())  # type: ignore[attr-defined]  # TorchTPU's module
     except hardware.NoPeakFigureError:
         return None
-    return hardware.TPU_RANKS_PER_HOST.get(chip.name.removeprefix("TPU "))
+    return hardware.tpu_ranks_per_host(chip)
 
 
 def smallest_world_size(at_least: int = 1) -> int:
