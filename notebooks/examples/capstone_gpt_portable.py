@@ -212,7 +212,9 @@ def warmup_cosine(step, total):
     """The original's schedule: a linear warm-up, then a cosine to zero."""
     if step < WARMUP_STEPS:
         return (step + 1) / WARMUP_STEPS
-    progress = min((step - WARMUP_STEPS) / (total - WARMUP_STEPS), 1.0)
+    # max(..., 1): a run no longer than the warm-up (`--steps 6`) still
+    # asks for the rate after its last step, which would divide by zero.
+    progress = min((step - WARMUP_STEPS) / max(total - WARMUP_STEPS, 1), 1.0)
     return 0.5 * (1 + math.cos(math.pi * progress))
 
 
