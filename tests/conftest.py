@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -104,14 +105,25 @@ def browser():
         browser.close()
 
 
-def run_torchrun(script: Path, num_ranks: int, *arguments: object, timeout_seconds: float) -> Any:
+TORCHRUN = ("-m", "torch.distributed.run")
+"""The standard launcher, as `python -m` runs it."""
+
+
+def run_torchrun(
+    script: Path,
+    num_ranks: int,
+    *arguments: object,
+    timeout_seconds: float,
+    launcher: Sequence[str] = TORCHRUN,
+) -> Any:
     """Run `script` under the standard launcher on `num_ranks` CPU processes, one thread each.
 
     Returns the one JSON line (an object or a list) that rank 0 printed. The Part II tests
     compare it with what the same worker returns through `tpuready.runtime.launch.run_workers`.
+    `launcher` is what follows `python` (`("-m", "tpuready", "torchrun")`: the book's wrapper).
     """
     printed, _ = run_torchrun_with_stderr(
-        script, num_ranks, *arguments, timeout_seconds=timeout_seconds
+        script, num_ranks, *arguments, timeout_seconds=timeout_seconds, launcher=launcher
     )
     return printed
 
@@ -122,13 +134,13 @@ def run_torchrun_with_stderr(
     *arguments: object,
     timeout_seconds: float,
     extra_env: dict[str, str] | None = None,
+    launcher: Sequence[str] = TORCHRUN,
 ) -> tuple[Any, str]:
     """`run_torchrun`, with `extra_env` set for every rank: rank 0's JSON and all stderr."""
     completed = subprocess.run(
         [
             sys.executable,
-            "-m",
-            "torch.distributed.run",
+            *launcher,
             "--standalone",
             f"--nproc-per-node={num_ranks}",
             str(script),
