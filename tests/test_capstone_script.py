@@ -26,6 +26,7 @@ from examples.capstone_gpt_portable import (
     Settings,
     make_loader,
     parse,
+    step_batches,
     train,
     warmup_cosine,
 )
@@ -51,6 +52,8 @@ def largest_relative_gap(losses: list[float], reference: list[float]) -> float:
         ({"steps": 0}, "steps must be >= 1: 0"),
         ({"batch_size": -8}, "batch_size must be >= 1: -8"),
         ({"accumulate": 0}, "accumulate must be >= 1: 0"),
+        ({"save_at": 5}, "save_at=5 needs a checkpoint folder"),
+        ({"save_every": 0, "checkpoint": "c"}, "save_every=0 needs a checkpoint folder and a step"),
     ],
 )
 def test_settings_refuse_bad_values_by_name(choices: dict[str, object], message: str) -> None:
@@ -144,3 +147,47 @@ def test_the_schedule_warms_up_then_decays_to_zero_for_any_length() -> None:
         values = [warmup_cosine(step, total) for step in range(total + 1)]
         assert all(0 <= value <= 1 for value in values)
     assert warmup_cosine(59, 60) < 0.01
+
+
+@pytest.mark.parametrize("items", [35, 36, 37, 40])
+def test_every_rank_and_micro_batch_count_sees_the_same_global_batches(items: int) -> None:
+    """Chapter 28's claim: step k trains on the same batch_size items for any number of ranks
+    and micro-batches, also across an epoch's end (36 items, 8 a step, 2 micro-batches on 2
+    ranks: a step that spans two shuffles would mix them)."""
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+
+    batch_size, steps = 8, 12
+
+    def global_batches(world_size: int, accumulate: int) -> list[set[int]]:
+        streams = []
+        for rank in range(world_size):
+            dataset = TensorDataset(torch.arange(items))
+            sampler = DistributedSampler(
+                dataset, num_replicas=world_size, rank=rank, seed=0, drop_last=True
+            )
+            loader = DataLoader(  # as make_loader builds it
+                dataset,
+                batch_size=batch_size // (world_size * accumulate),
+                sampler=sampler,
+                drop_last=True,
+            )
+            streams.append(step_batches(loader, accumulate))
+        return [
+            {int(i) for stream in streams for (micro,) in next(stream) for i in micro}
+            for _ in range(steps)
+        ]
+
+    one = global_batches(1, 1)
+    assert all(len(batch) == batch_size for batch in one)
+    for world_size, accumulate in [(1, 2), (2, 1), (2, 2), (4, 2), (8, 1)]:
+        assert global_batches(world_size, accumulate) == one, (world_size, accumulate)
+
+
+def test_save_every_keeps_each_step_and_resumes_from_the_newest(tmp_path) -> None:
+    checkpoint = str(tmp_path / "checkpoint")
+    eager_losses(steps=4, checkpoint=checkpoint, save_every=2)
+    assert sorted(p.name for p in (tmp_path / "checkpoint").iterdir()) == ["step-2", "step-4"]
+    resumed = eager_losses(steps=6, checkpoint=checkpoint)
+    assert len(resumed) == 2  # steps 5 and 6 only
+    torch.testing.assert_close(resumed, eager_losses(steps=6)[4:], rtol=LOSS_RTOL, atol=0)

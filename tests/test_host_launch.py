@@ -44,6 +44,8 @@ def test_one_host_runs_a_standalone_torchrun_with_a_rank_per_chip():
 
 
 def test_two_hosts_share_one_rendezvous_and_differ_by_node_rank():
+    from torch.distributed.run import parse_args
+
     launches = host_launch_commands("train.py", chip="v5e", num_hosts=2, ranks_per_host=4)
     assert [launch.argv for launch in launches] == [
         (
@@ -51,15 +53,18 @@ def test_two_hosts_share_one_rendezvous_and_differ_by_node_rank():
             "--nnodes=2",
             f"--node-rank={host}",
             "--nproc-per-node=4",
-            "--rdzv-backend=c10d",
-            "--rdzv-endpoint=$COORDINATOR_ADDRESS:29500",
-            "--rdzv-id=capstone",
+            "--master-addr=$COORDINATOR_ADDRESS",
+            "--master-port=29500",
             "train.py",
         )
         for host in (0, 1)
     ]
     assert [launch.host_index for launch in launches] == [0, 1]
     assert {launch.world_size for launch in launches} == {8}
+    # torchrun honours --node-rank only under its static rendezvous: the one it reads here.
+    for launch in launches:
+        parsed = parse_args(list(launch.argv[4:]))
+        assert (parsed.rdzv_backend, parsed.node_rank) == ("static", launch.host_index)
 
 
 @pytest.mark.parametrize("num_hosts", [1, 3])
@@ -85,8 +90,8 @@ def test_format_prints_every_host_on_its_own_line():
         "train.py", chip="v6e", num_hosts=2, script_args=["--steps", "100"]
     )
     common = (
-        "--nproc-per-node=8 --rdzv-backend=c10d "
-        '"--rdzv-endpoint=$COORDINATOR_ADDRESS:29500" --rdzv-id=capstone train.py --steps 100'
+        '--nproc-per-node=8 "--master-addr=$COORDINATOR_ADDRESS" --master-port=29500 '
+        "train.py --steps 100"
     )
     assert format_host_launches(launches) == (
         f"host 0: python -m tpuready torchrun --nnodes=2 --node-rank=0 {common}\n"
@@ -102,7 +107,6 @@ def test_the_shell_line_expands_only_the_coordinator_variable(tmp_path: Path):
         num_hosts=2,
         script_args=["--note", "$HOME is 'kept' \"as is\"", "a;b"],
         port=1234,
-        job_id="run$1",
     )[1]
     completed = subprocess.run(
         ["bash", "-c", f'show() {{ printf "%s\\0" "$@"; }}; show {launch.shell()}'],
@@ -114,16 +118,17 @@ def test_the_shell_line_expands_only_the_coordinator_variable(tmp_path: Path):
     words = completed.stdout.split("\0")[:-1]
     expected = [word.replace("$COORDINATOR_ADDRESS", "10.1.2.3") for word in launch.argv]
     assert words == expected
-    assert "--rdzv-endpoint=10.1.2.3:1234" in words and "$HOME is 'kept' \"as is\"" in words
+    assert {"--master-addr=10.1.2.3", "--master-port=1234"} <= set(words)
+    assert "$HOME is 'kept' \"as is\"" in words
 
 
 def test_a_literal_coordinator_is_quoted_like_any_word():
     launch = host_launch_commands("t.py", chip="v7", num_hosts=2, coordinator="10.0.0.2")[0]
-    assert "--rdzv-endpoint=10.0.0.2:29500" in launch.argv
+    assert "--master-addr=10.0.0.2" in launch.argv
     assert launch.shell_variables == ()
     assert shlex.split(launch.shell()) == list(launch.argv)
     braced = host_launch_commands("t.py", chip="v7", num_hosts=2, coordinator="${HEAD}")[0]
-    assert '"--rdzv-endpoint=${HEAD}:29500"' in braced.shell()
+    assert '"--master-addr=${HEAD}"' in braced.shell()
 
 
 @pytest.mark.parametrize(
@@ -159,7 +164,6 @@ def test_ranks_per_host_defaults_to_the_largest_count_a_host_runs(chip, default,
         ({"script_args": ["--steps", 5]}, HostLaunchError, "script_args must hold strings only"),
         ({"coordinator": "$HOST.local"}, HostLaunchError, "coordinator must be an address or"),
         ({"coordinator": "a b"}, HostLaunchError, "coordinator must be a non-empty string"),
-        ({"job_id": ""}, HostLaunchError, "job_id must be a non-empty string"),
         ({"module": 1}, HostLaunchError, "module must be True or False, got 1"),
         (
             {"module": True, "script": "scripts/train.py"},

@@ -30,7 +30,7 @@ from tpuready.runtime.launch import run_workers
 if str(NOTEBOOK_DIR) not in sys.path:
     sys.path.insert(0, str(NOTEBOOK_DIR))
 
-from examples.capstone_gpt_portable import Settings, train, worker
+from examples.capstone_gpt_portable import Settings, latest_step, train, worker
 
 # Importing torch and joining the group takes seconds per rank, far more on a busy machine.
 TIMEOUT_SECONDS = 300
@@ -81,11 +81,15 @@ def test_checkpoint_saved_on_two_ranks_resumes_on_one(tmp_path: Path) -> None:
     )
     saved = run_workers(worker, 2, asdict(sharded), timeout_seconds=TIMEOUT_SECONDS)
     assert [result["last_step"] for result in saved] == [save_at, save_at]
-    names = sorted(path.name for path in checkpoint.iterdir())
+    # One folder per saved step; in it, one shard file per rank and the metadata.
+    assert sorted(path.name for path in checkpoint.iterdir()) == [f"step-{save_at}"]
+    names = sorted(path.name for path in (checkpoint / f"step-{save_at}").iterdir())
     assert names == [".metadata", "__0_0.distcp", "__1_0.distcp"]
 
     resumed = train(replace(sharded, save_at=None))
     assert (resumed["world_size"], resumed["last_step"]) == (1, steps)
+    # The resumed run saved its last step beside the first, and resumes from it next.
+    assert latest_step(str(checkpoint)) == steps
     assert len(resumed["losses"]) == steps - save_at
     uninterrupted = train(Settings(steps=steps, **FLOAT32_EAGER))
     stitched = saved[0]["losses"] + resumed["losses"]
@@ -97,4 +101,14 @@ def test_resume_without_a_checkpoint_starts_at_step_zero(tmp_path: Path) -> None
     checkpoint = tmp_path / "new"
     result = train(Settings(steps=4, checkpoint=str(checkpoint), save_at=2, **FLOAT32_EAGER))
     assert (result["last_step"], len(result["losses"])) == (2, 2)
-    assert (checkpoint / ".metadata").exists()
+    assert (checkpoint / "step-2" / ".metadata").exists()
+
+
+def test_a_save_cut_short_is_not_resumed(tmp_path: Path) -> None:
+    # DCP writes .metadata last: a step folder without it is a save that did not finish.
+    checkpoint = tmp_path / "checkpoint"
+    train(Settings(steps=4, checkpoint=str(checkpoint), save_at=2, **FLOAT32_EAGER))
+    (checkpoint / "step-3").mkdir()
+    (checkpoint / "step-3" / "__0_0.distcp").write_bytes(b"cut short")
+    assert latest_step(str(checkpoint)) == 2
+    assert latest_step(str(tmp_path / "missing")) == 0

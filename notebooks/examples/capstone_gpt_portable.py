@@ -4,8 +4,8 @@ or the CPU, on one process or many (chapters 27 and 28).
 The device and, under a launcher, the backend come from one chooser
 (`tpuready.runtime.launch.init_rank`); every batch has one shape (lines
 packed into fixed blocks, or padded to one length, and `drop_last=True`);
-autocast uses the device's own low-precision type, bfloat16 on a TPU, which
-needs no loss scaling; the model's blocks and the optimizer step are
+autocast runs in bfloat16 by default on every device (a TPU's own type),
+which needs no loss scaling; the model's blocks and the optimizer step are
 compiled, with the learning rate held in a tensor so the schedule changes no
 compiled graph; gradients accumulate over micro-batches; FSDP2 shards the
 model when there are several ranks; the checkpoint is a distributed one that
@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import os
+import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -41,7 +42,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
@@ -85,7 +86,8 @@ class Settings:
     compile: bool = True
     compile_backend: str | None = None  # None: the device's default
     checkpoint: str | None = None  # a folder: resume from it, save to it
-    save_at: int | None = None  # stop after saving at this step
+    save_every: int | None = None  # save every this many steps
+    save_at: int | None = None  # save at this step and stop
     workers: int = 0  # DataLoader worker processes
 
     def __post_init__(self) -> None:
@@ -98,6 +100,12 @@ class Settings:
             raise ValueError(
                 f"autocast must be one of {AUTOCAST}: {self.autocast!r}"
             )
+        for name in ("save_every", "save_at"):
+            value = getattr(self, name)
+            if value is not None and (not self.checkpoint or value < 1):
+                raise ValueError(
+                    f"{name}={value} needs a checkpoint folder and a step >= 1"
+                )
         for name in ("steps", "batch_size", "accumulate"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1: {getattr(self, name)}")
@@ -243,7 +251,9 @@ def make_loader(settings: Settings, rank: int, world_size: int) -> DataLoader:
         collate_fn=collate,
         drop_last=True,  # a short last batch would be one more shape
         num_workers=settings.workers,
-        # pin_memory: torch 2.13's default pins for the current accelerator.
+        # Page-locked batches for the current accelerator, so that
+        # `non_blocking=True` copies overlap compute; none without one.
+        pin_memory=torch.accelerator.is_available(),
     )
 
 
@@ -254,6 +264,23 @@ def batches(loader: DataLoader):
         loader.sampler.set_epoch(epoch)
         yield from loader
         epoch += 1
+
+
+def step_batches(loader: DataLoader, accumulate: int):
+    """The micro-batches of each optimizer step, forever. A step never spans
+    two epochs (two shuffles): then every step's micro-batches, over all
+    ranks, are the next batch_size items of one permutation, whatever the
+    numbers of ranks and micro-batches."""
+    epoch = 0
+    while True:
+        loader.sampler.set_epoch(epoch)
+        micro_batches = []
+        for batch in loader:
+            micro_batches.append(batch)
+            if len(micro_batches) == accumulate:
+                yield micro_batches
+                micro_batches = []
+        epoch += 1  # an incomplete step's micro-batches are dropped
 
 
 def train(settings: Settings) -> dict:
@@ -272,9 +299,17 @@ def train(settings: Settings) -> dict:
     model = GPT().to(device)
     if distributed:
         mesh = init_device_mesh(device.type, (world_size,))
+        # Under bfloat16 autocast, gather bfloat16 weights (half the bytes)
+        # and reduce gradients in float32 (chapter 10, step 1).
+        precision = MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16
+            if settings.autocast == "bfloat16"
+            else None,
+            reduce_dtype=torch.float32,
+        )
         for block in model.blocks:
-            fully_shard(block, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+            fully_shard(block, mesh=mesh, mp_policy=precision)
+        fully_shard(model, mesh=mesh, mp_policy=precision)
     if settings.compile:
         for block in model.blocks:
             block.compile(backend=settings.compile_backend)
@@ -285,8 +320,9 @@ def train(settings: Settings) -> dict:
         lr=torch.tensor(PEAK_LR),
         weight_decay=0.1,
         # Compiled optimizer steps keep their step counts on the device;
-        # torch 2.13 offers that on accelerators only, not on the CPU.
-        capturable=settings.compile and device.type != "cpu",
+        # torch 2.13 offers that on these accelerators, not on the CPU or MPS
+        # (CUDA, XPU, HPU, XLA and PrivateUse1 backends such as TorchTPU).
+        capturable=settings.compile and device.type not in ("cpu", "mps"),
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: warmup_cosine(step, settings.steps)
@@ -301,8 +337,8 @@ def train(settings: Settings) -> dict:
             optimizer_step, backend=settings.compile_backend
         )
     loader = make_loader(settings, rank, world_size)
-    stream = batches(loader)
-    for _ in range(step * settings.accumulate):
+    stream = step_batches(loader, settings.accumulate)
+    for _ in range(step):
         next(stream)  # skip what the run before the checkpoint trained on
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}
     scaler = torch.amp.GradScaler(
@@ -311,8 +347,7 @@ def train(settings: Settings) -> dict:
     losses = []
     while step < settings.steps:
         step_loss = torch.zeros((), device=device)
-        for micro in range(settings.accumulate):
-            inputs, targets = next(stream)
+        for micro, (inputs, targets) in enumerate(next(stream)):
             inputs = inputs.to(device, non_blocking=True)
             targets = targets.to(device, non_blocking=True)
             if distributed:  # reduce-scatter once, after the last one
@@ -346,8 +381,13 @@ def train(settings: Settings) -> dict:
             dist.all_reduce(step_loss)  # gloo has no AVG: sum, then divide
             step_loss /= world_size
         losses.append(step_loss)
-        if settings.checkpoint and step == settings.save_at:
+        every = settings.save_every
+        due = step in (settings.save_at, settings.steps) or (
+            every is not None and step % every == 0
+        )
+        if settings.checkpoint and due:  # every rank saves its shards
             save(settings, model, optimizer, scheduler, step)
+        if step == settings.save_at:
             break
     return {
         "settings": asdict(settings),
@@ -369,6 +409,28 @@ def _dcp_quietly(function, *args, **kwargs):
         return function(*args, **kwargs)
 
 
+def step_folder(checkpoint: str, step: int) -> str:
+    """Where the checkpoint of `step` goes: a folder per saved step, so that a
+    save never mixes its files with an older one's (TorchTitan's layout)."""
+    return os.path.join(checkpoint, f"step-{step}")
+
+
+def latest_step(checkpoint: str) -> int:
+    """The newest complete step saved under `checkpoint`, 0 when none (DCP
+    writes `.metadata` last: a save cut short has none and is skipped)."""
+    if not os.path.isdir(checkpoint):
+        return 0
+    return max(
+        (
+            int(name.removeprefix("step-"))
+            for name in os.listdir(checkpoint)
+            if re.fullmatch(r"step-\d+", name)
+            and os.path.isfile(os.path.join(checkpoint, name, ".metadata"))
+        ),
+        default=0,
+    )
+
+
 def save(settings, model, optimizer, scheduler, step) -> None:
     """Every rank writes its shards; any number of ranks can read them."""
     model_state, optimizer_state = get_state_dict(model, optimizer)
@@ -378,13 +440,15 @@ def save(settings, model, optimizer, scheduler, step) -> None:
         "scheduler": scheduler.state_dict(),
         "step": step,
     }
-    _dcp_quietly(dcp.save, state, checkpoint_id=settings.checkpoint)
+    folder = step_folder(settings.checkpoint, step)
+    _dcp_quietly(dcp.save, state, checkpoint_id=folder)
 
 
 def resume(settings, model, optimizer, scheduler) -> int:
     """Load the checkpoint if there is one, resharded for these ranks; return
     the step it was saved at (0 without one)."""
-    if not settings.checkpoint or not os.path.isdir(settings.checkpoint):
+    step = latest_step(settings.checkpoint) if settings.checkpoint else 0
+    if step == 0:
         return 0
     model_state, optimizer_state = get_state_dict(model, optimizer)
     state = {
@@ -393,7 +457,8 @@ def resume(settings, model, optimizer, scheduler) -> int:
         "scheduler": scheduler.state_dict(),
         "step": 0,
     }
-    _dcp_quietly(dcp.load, state, checkpoint_id=settings.checkpoint)
+    folder = step_folder(settings.checkpoint, step)
+    _dcp_quietly(dcp.load, state, checkpoint_id=folder)
     set_state_dict(
         model,
         optimizer,
@@ -438,8 +503,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         try:
             peak = torch.accelerator.max_memory_allocated() / 2**20
             result["peak_mib"] = round(peak)
-        except RuntimeError:  # a backend without allocator statistics
-            result["peak_mib"] = None  # (the emulated TPU: not recorded)
+        except RuntimeError:
+            # No allocator statistics: the emulated TPU raises so; whether
+            # TorchTPU 0.2.0 keeps them is not recorded.
+            result["peak_mib"] = None
     if not launched or dist.get_rank() == 0:  # the same on every rank
         print(json.dumps(result))
     if launched:

@@ -21,8 +21,11 @@ slice has a fixed number of hosts, and TorchTPU needs that number up front) and 
 is not a number (`--nproc-per-node=auto`, which counts GPUs or CPU cores, never TPU devices).
 
 `host_launch_commands` writes the command each host runs: on one host, `--standalone`; on
-several, the same c10d rendezvous on every host (`--rdzv-endpoint` the coordinator, host 0's
-address, left as a shell variable by default) and each host's own `--node-rank`.
+several, torchrun's static rendezvous (its default backend): the same coordinator on every host
+(`--master-addr`, host 0's address, left as a shell variable by default) and each host's own
+`--node-rank`, so host `i` runs ranks `i * R` to `i * R + R - 1`. (torchrun reads
+`--node-rank` only under the static backend; under c10d it warns and numbers the hosts in the
+order they join.)
 `format_host_launches` prints them, one line per host.
 """
 
@@ -83,7 +86,7 @@ class HostLaunch:
     def shell(self) -> str:
         """The command as one shell line: each word quoted with `shlex.quote`, except that a
         word holding a shell variable of `shell_variables` is double-quoted, so the shell still
-        expands the variable (`"--rdzv-endpoint=$COORDINATOR_ADDRESS:29500"`)."""
+        expands the variable (`"--master-addr=$COORDINATOR_ADDRESS"`)."""
         return " ".join(_shell_word(word, self.shell_variables) for word in self.argv)
 
 
@@ -116,7 +119,6 @@ def host_launch_commands(
     script_args: Sequence[str] = (),
     coordinator: str = DEFAULT_COORDINATOR,
     port: int = 29500,
-    job_id: str = "capstone",
     python: str = "python",
     module: bool = False,
 ) -> list[HostLaunch]:
@@ -124,9 +126,10 @@ def host_launch_commands(
 
     One host: `python -m tpuready torchrun --standalone --nproc-per-node=R SCRIPT ARGS`.
     Several: on host `i`, `python -m tpuready torchrun --nnodes=N --node-rank=i
-    --nproc-per-node=R --rdzv-backend=c10d --rdzv-endpoint=COORDINATOR:PORT --rdzv-id=JOB
-    SCRIPT ARGS`, the rendezvous served by torchrun on the coordinator (host 0's address;
-    by default the shell variable `$COORDINATOR_ADDRESS`, which each host's shell expands).
+    --nproc-per-node=R --master-addr=COORDINATOR --master-port=PORT SCRIPT ARGS`: torchrun's
+    static rendezvous, whose store host 0 serves at the coordinator's address (by default the
+    shell variable `$COORDINATOR_ADDRESS`, which each host's shell expands); host `i` runs
+    global ranks `i * R` to `i * R + R - 1`.
 
     `ranks_per_host` (R) must be a count TorchTPU starts on one host of the chip's generation
     (`tpuready.calc.hardware.TPU_RANKS_PER_HOST`: v4/v5p 1, 2, 4, 8; v5e/v6e 1, 4, 8; v7 2, 4,
@@ -200,7 +203,6 @@ def host_launch_commands(
             f"coordinator must be an address or one shell variable ($NAME or ${{NAME}}), got "
             f"{coordinator!r}"
         )
-    job_id = _check_text("job_id", job_id, "pass a name the hosts share, such as 'capstone'")
     python = _check_text(
         "python", python, "pass the interpreter each host runs, e.g. 'python3'", spaces=True
     )
@@ -225,9 +227,8 @@ def host_launch_commands(
                 f"--nnodes={num_hosts}",
                 f"--node-rank={host}",
                 rank_flag,
-                "--rdzv-backend=c10d",
-                f"--rdzv-endpoint={coordinator}:{port}",
-                f"--rdzv-id={job_id}",
+                f"--master-addr={coordinator}",
+                f"--master-port={port}",
                 *tail,
             ),
             num_hosts=num_hosts,
