@@ -310,9 +310,13 @@ def train(settings: Settings) -> dict:
         for block in model.blocks:
             fully_shard(block, mesh=mesh, mp_policy=precision)
         fully_shard(model, mesh=mesh, mp_policy=precision)
+    # No backend= unless one is asked for: torch.compile's default, which
+    # TorchTPU replaces with its own for TPU inputs.
+    backend = settings.compile_backend
+    compile_options = {} if backend is None else {"backend": backend}
     if settings.compile:
         for block in model.blocks:
-            block.compile(backend=settings.compile_backend)
+            block.compile(**compile_options)
     optimizer = torch.optim.AdamW(
         model.parameters(),
         # A tensor, so the schedule's new value each step is data to the
@@ -333,9 +337,7 @@ def train(settings: Settings) -> dict:
         optimizer.step()
 
     if settings.compile:
-        optimizer_step = torch.compile(
-            optimizer_step, backend=settings.compile_backend
-        )
+        optimizer_step = torch.compile(optimizer_step, **compile_options)
     loader = make_loader(settings, rank, world_size)
     stream = step_batches(loader, settings.accumulate)
     for _ in range(step):
