@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import QWEN3_235B
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -14,11 +15,6 @@ from tpuready.validate import InputError
 LLAMA_8B = ModelConfig(
     name="Llama-3.1-8B", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
     head_dim=128, num_experts=1, experts_per_token=1, expert_ffn_size=14336, vocab_size=128256,
-)  # fmt: skip
-QWEN3_235B = ModelConfig(
-    name="qwen3-235b-a22b", num_layers=94, hidden_size=4096, num_heads=64, num_kv_heads=4,
-    head_dim=128, num_experts=128, experts_per_token=8, expert_ffn_size=1536,
-    vocab_size=151936,
 )  # fmt: skip
 CHIPS = st.sampled_from(["v5e", "v5p", "v6e", "v7"])
 PROMPTS = st.integers(min_value=1, max_value=16_384)
