@@ -4,7 +4,7 @@ The one timing helper of the book's notebooks: chapter 1 (`01_device_agnostic_ba
 and 4) teaches why a clock read right after a PyTorch call measures only the launch and times
 tensor creation; chapter 16 (`16_static_shapes_and_recompiles`, step 4) times one compile
 against a steady-state call; chapter 21 (`21_rooflines_and_mfu`, step 3) times a
-training step for its MFU; chapter 27 (`27_capstone_port_the_script`, step 5) flags the steps of a
+training step for its MFU; chapter 27 (`27_capstone_port_the_script`, step 7) flags the steps of a
 run that took much longer than the typical one (`slow_steps`), a compile no counter saw.
 
 How `wait_for` waits, by device:
@@ -177,10 +177,11 @@ def slow_steps(seconds: Sequence[float], *, factor: float = 3.0) -> list[int]:
     """The indices of the steps that took more than `factor` times the median step, in order.
 
     A compile shows up in a training run's step times even where no counter sees it (TorchTPU's
-    DEFER_AND_FUSE eager mode compiles whatever op sequence, shapes and scalar values it has not
-    met): the step that compiled takes many times a steady step. The median is the yardstick, so
-    fewer than half the steps may be slow for the answer to mean anything; the first step, which
-    pays every one-off cost, is flagged like any other. Taught in
+    DEFER_AND_FUSE eager mode also compiles; its compilation cache keys on shapes, scalar values,
+    dtypes and the op sequence, and whether fused eager mode keys the same way is not
+    documented): the step that compiled takes many times a steady step. The median is the
+    yardstick, so fewer than half the steps may be slow for the answer to mean anything; the
+    first step, which pays every one-off cost, is flagged like any other. Taught in
     `notebooks/27_capstone_port_the_script.ipynb`.
     """
     if isinstance(seconds, str | bytes) or not isinstance(seconds, Sequence) or not seconds:
